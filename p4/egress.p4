@@ -1,0 +1,21 @@
+/* Egress: count what leaves, per port and class. */
+#ifndef _ROCE_EGRESS_P4_
+#define _ROCE_EGRESS_P4_
+
+control RoceEgress(inout headers_t hdr,
+                   inout metadata_t meta,
+                   inout standard_metadata_t std_meta) {
+
+    /* Per (egress port, class): packets and bytes sent. */
+    counter(PORT_TC_CELLS, CounterType.packets_and_bytes) tx_port_tc;
+    /* Per egress port. */
+    counter(NUM_PORTS, CounterType.packets_and_bytes) tx_port;
+
+    apply {
+        bit<32> out_port = (bit<32>) std_meta.egress_port;
+        tx_port.count(out_port);
+        tx_port_tc.count(out_port * NUM_TCS + (bit<32>) std_meta.priority);
+    }
+}
+
+#endif

@@ -1,0 +1,114 @@
+/* Headers and metadata of the roce-testbed switch program. */
+#ifndef _ROCE_HEADERS_P4_
+#define _ROCE_HEADERS_P4_
+
+typedef bit<48> mac_addr_t;
+typedef bit<32> ipv4_addr_t;
+typedef bit<9>  port_t;
+typedef bit<3>  tc_t;
+
+const bit<16> ETHERTYPE_IPV4        = 0x0800;
+const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;   /* IEEE 802.3 MAC control: PAUSE and PFC */
+const bit<16> MAC_CONTROL_PFC       = 0x0101;   /* IEEE 802.1Qbb priority-based flow control */
+const bit<8>  IP_PROTO_UDP          = 17;
+const bit<16> UDP_PORT_ROCEV2       = 4791;
+
+/* Counter arrays are indexed by port * NUM_TCS + class. */
+const bit<32> NUM_TCS   = 8;
+const bit<32> NUM_PORTS = 512;
+#define PORT_TC_CELLS 4096
+
+header ethernet_h {
+    mac_addr_t dst_addr;
+    mac_addr_t src_addr;
+    bit<16>    ether_type;
+}
+
+/* IEEE 802.1Qbb PFC frame body after the EtherType. */
+header pfc_h {
+    bit<16> opcode;
+    bit<16> class_enable;   /* bit i = priority i */
+    bit<16> time0;
+    bit<16> time1;
+    bit<16> time2;
+    bit<16> time3;
+    bit<16> time4;
+    bit<16> time5;
+    bit<16> time6;
+    bit<16> time7;
+}
+
+header ipv4_h {
+    bit<4>      version;
+    bit<4>      ihl;
+    bit<6>      dscp;
+    bit<2>      ecn;
+    bit<16>     total_len;
+    bit<16>     identification;
+    bit<3>      flags;
+    bit<13>     frag_offset;
+    bit<8>      ttl;
+    bit<8>      protocol;
+    bit<16>     hdr_checksum;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+}
+
+header udp_h {
+    bit<16> src_port;
+    bit<16> dst_port;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+/* InfiniBand Base Transport Header, as carried by RoCEv2. */
+header bth_h {
+    bit<8>  opcode;
+    bit<1>  solicited;
+    bit<1>  mig_req;
+    bit<2>  pad_count;
+    bit<4>  version;
+    bit<16> pkey;
+    bit<1>  fecn;
+    bit<1>  becn;
+    bit<6>  reserved;
+    bit<24> dest_qp;
+    bit<1>  ack_req;
+    bit<7>  reserved2;
+    bit<24> psn;
+}
+
+struct headers_t {
+    ethernet_h ethernet;
+    pfc_h      pfc;
+    ipv4_h     ipv4;
+    udp_h      udp;
+    bth_h      bth;
+}
+
+/* Drop reasons, exported in the drop counter (index = port * 16 + reason). */
+const bit<32> DROP_NOT_IPV4    = 1;
+const bit<32> DROP_PARSE_ERROR = 2;
+const bit<32> DROP_TTL_EXPIRED = 3;
+const bit<32> DROP_NO_ROUTE    = 4;
+const bit<32> DROP_PFC_CONSUMED = 5;  /* not a loss: PFC frames are consumed by the switch */
+const bit<32> DROP_BAD_CHECKSUM = 6;
+const bit<32> NUM_DROP_REASONS = 16;
+#define DROP_CELLS 8192
+
+struct metadata_t {
+    tc_t        tc;
+    bit<1>      drop;
+    bit<32>     drop_reason;
+    /* ECMP selector inputs: packet fields masked by the hash configuration, plus a seed. */
+    bit<16>     hash_seed;
+    ipv4_addr_t hash_src_addr;
+    ipv4_addr_t hash_dst_addr;
+    bit<8>      hash_protocol;
+    bit<16>     hash_src_port;
+    bit<16>     hash_dst_port;
+    bit<16>     l4_src_port;
+    bit<16>     l4_dst_port;
+}
+
+#endif

@@ -1,0 +1,264 @@
+"""Typed, validated configuration of a fabric.
+
+A fabric is described declaratively (containerlab style: defaults at the top, overrides where
+needed) in YAML or by CLI flags; both end up in :class:`FabricConfig`. Every rate, size and
+timer is a named field with a default and, in its description, its real-world counterpart, so
+that a user can read the scale of the emulation off the config itself.
+
+Bad input never produces a traceback: :func:`load_config` raises :class:`ConfigError`, which
+carries one line per problem, each naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+#: Fields of the packet that ECMP may hash on. The UDP source port is the only per-QP entropy a
+#: RoCEv2 flow carries, so leaving it out is how polarization is shown.
+HashField = Literal["src_ip", "dst_ip", "ip_proto", "src_port", "dst_port"]
+HASH_FIELDS: tuple[str, ...] = ("src_ip", "dst_ip", "ip_proto", "src_port", "dst_port")
+
+#: Upper bounds of the address plan: hosts are 10.0.<leaf>.<host>, so both must fit in a byte
+#: (254 hosts leaves room for the gateway .254); switch ports are 9-bit in v1model, 511 is drop.
+MAX_LEAVES = 250
+MAX_HOSTS_PER_LEAF = 250
+MAX_SPINES = 64
+MAX_PORTS = 510
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; ``problems`` holds one readable line per mistake."""
+
+    def __init__(self, problems: list[str], source: str = "config") -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+    def render(self) -> str:
+        lines = [f"{self.source} has {len(self.problems)} problem(s):"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class FabricShape(_Strict):
+    """The leaf-spine graph and its link rates."""
+
+    spines: int = Field(2, ge=1, le=MAX_SPINES, description="Spine switches.")
+    leaves: int = Field(4, ge=1, le=MAX_LEAVES, description="Leaf (top-of-rack) switches.")
+    hosts_per_leaf: int = Field(
+        2, ge=1, le=MAX_HOSTS_PER_LEAF, description="Hosts (NICs) below each leaf."
+    )
+    parallel_links: int = Field(
+        1, ge=1, le=16, description="Links between each spine and each leaf (all used by ECMP)."
+    )
+    host_link_mbps: float = Field(
+        10.0,
+        gt=0,
+        le=1000,
+        description=(
+            "Host-to-leaf link rate in Mbit/s. Real counterpart: 100-400 Gbit/s NIC ports; the "
+            "emulation runs 10^4 times slower so that BMv2 on two cores keeps up."
+        ),
+    )
+    fabric_link_mbps: float = Field(
+        10.0,
+        gt=0,
+        le=1000,
+        description="Leaf-to-spine link rate in Mbit/s (real: 100-800 Gbit/s).",
+    )
+    mtu: int = Field(
+        9000,
+        ge=1500,
+        le=9216,
+        description=(
+            "Interface MTU in bytes. Jumbo frames carry the RoCE MTU of 4096 bytes, so the fabric "
+            "spends its packet budget (BMv2 forwards packets, not bits) on few large frames."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _ports_fit(self) -> FabricShape:
+        leaf_ports = self.hosts_per_leaf + self.spines * self.parallel_links
+        spine_ports = self.leaves * self.parallel_links
+        if leaf_ports > MAX_PORTS:
+            raise ValueError(
+                f"a leaf would need {leaf_ports} ports (hosts_per_leaf + spines x parallel_links);"
+                f" BMv2 ports are 9-bit, at most {MAX_PORTS}: use fewer hosts, spines or links"
+            )
+        if spine_ports > MAX_PORTS:
+            raise ValueError(
+                f"a spine would need {spine_ports} ports (leaves x parallel_links); at most "
+                f"{MAX_PORTS}: use fewer leaves or parallel links"
+            )
+        return self
+
+
+class EcmpConfig(_Strict):
+    """How switches spread flows over equal-cost next hops."""
+
+    hash_fields: list[HashField] = Field(
+        default_factory=lambda: list(HASH_FIELDS),
+        min_length=1,
+        description=(
+            "Packet fields in the ECMP hash. Real switches hash the 5-tuple; take src_port out "
+            "and all QPs between two hosts share one path (polarization)."
+        ),
+    )
+    seed: int | Literal["per_switch"] = Field(
+        "per_switch",
+        description=(
+            "Hash seed. 'per_switch' gives each switch its own (as vendors randomise it); one "
+            "integer for all switches reproduces the polarization of identical hash functions."
+        ),
+    )
+
+    @field_validator("hash_fields")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("hash_fields lists a field twice; name each field once")
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seed_range(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 0 <= v <= 0xFFFF:
+            raise ValueError("seed must be 0..65535 or 'per_switch'")
+        return v
+
+
+class SwitchConfig(_Strict):
+    """How each BMv2 process runs."""
+
+    log: bool = Field(
+        False, description="Write a BMv2 log file per switch (slows BMv2 by about 10x)."
+    )
+    log_max_mb: int = Field(
+        20, ge=1, le=1000, description="Size at which a switch's log file is truncated."
+    )
+    start_timeout_s: float = Field(
+        15.0, gt=0, le=300, description="How long a switch may take to accept gRPC."
+    )
+    thrift_port: int = Field(
+        9090,
+        ge=1024,
+        le=65535,
+        description="BMv2 Thrift port, reachable only inside the switch's own namespace.",
+    )
+    queue_depth_pkts: int = Field(
+        1024,
+        ge=64,
+        le=65536,
+        description=(
+            "Depth of BMv2's own egress queues. They are a hand-off to the kernel port, not the "
+            "switch buffer, so they are deep enough never to drop (BMv2's default is 64)."
+        ),
+    )
+
+
+class QosConfig(_Strict):
+    """Classification, in SONiC's names."""
+
+    dscp_to_tc_map: dict[int, int] = Field(
+        default_factory=lambda: {26: 3, 48: 6},
+        description=(
+            "DSCP_TO_TC_MAP: DSCP -> traffic class. RoCE data on DSCP 26 -> class 3, CNPs on "
+            "DSCP 48 -> class 6 (NVIDIA/Onyx 'roce lossless' defaults)."
+        ),
+    )
+    default_tc: int = Field(0, ge=0, le=7, description="Class of any DSCP not in the map.")
+
+    @field_validator("dscp_to_tc_map")
+    @classmethod
+    def _dscp_range(cls, v: dict[int, int]) -> dict[int, int]:
+        bad = [f"{d}->{t}" for d, t in v.items() if not (0 <= d <= 63 and 0 <= t <= 7)]
+        if bad:
+            raise ValueError(
+                f"entries {', '.join(bad)} are out of range: DSCP is 0..63, class is 0..7"
+            )
+        return v
+
+
+class FabricConfig(_Strict):
+    """A whole fabric: what `testbed up` brings up."""
+
+    name: str = Field(
+        "fabric",
+        pattern=r"^[a-z][a-z0-9-]{0,23}$",
+        description="Run name, used for the results folder.",
+    )
+    fabric: FabricShape = Field(default_factory=FabricShape)
+    ecmp: EcmpConfig = Field(default_factory=EcmpConfig)
+    switch: SwitchConfig = Field(default_factory=SwitchConfig)
+    qos: QosConfig = Field(default_factory=QosConfig)
+
+
+def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The allowed field names at ``loc`` (the parent of an unknown key), for the error text."""
+    current: Any = model
+    for part in loc:
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return sorted(getattr(current, "model_fields", {}).keys())
+
+
+def _explain(model: type[BaseModel], err: ValidationError) -> list[str]:
+    problems = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            allowed = _field_names(model, loc[:-1])
+            problems.append(
+                f"{where}: unknown field; allowed here: {', '.join(allowed)}"
+                if allowed
+                else f"{where}: unknown field"
+            )
+            continue
+        msg = e["msg"].removeprefix("Value error, ")
+        given = e.get("input")
+        if e["type"] not in ("missing",) and not isinstance(given, dict):
+            msg = f"{msg} (got {given!r})"
+        problems.append(f"{where}: {msg}")
+    return problems
+
+
+def parse_config(data: Any, source: str = "config") -> FabricConfig:
+    """Validate already-loaded data; raise ConfigError with one line per problem."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [f"the top level must be a mapping of sections (name, fabric, ecmp, switch, qos), "
+             f"not a {type(data).__name__}"],
+            source,
+        )
+    try:
+        return FabricConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_explain(FabricConfig, err), source) from None
+
+
+def load_config(path: str | Path) -> FabricConfig:
+    """Read a fabric YAML file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError([f"no such file; give the path of a fabric YAML file"], str(p))
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"{where}not valid YAML ({problem})"], str(p)) from None
+    return parse_config(data, str(p))
