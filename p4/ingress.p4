@@ -62,10 +62,6 @@ control RoceIngress(inout headers_t hdr,
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
     }
 
-    action no_route() {
-        drop_with(DROP_NO_ROUTE);
-    }
-
     table ipv4_route {
         key = {
             hdr.ipv4.dst_addr:  lpm;
@@ -76,9 +72,8 @@ control RoceIngress(inout headers_t hdr,
             meta.hash_src_port: selector;
             meta.hash_dst_port: selector;
         }
-        actions = { set_nexthop; no_route; }
+        actions = { set_nexthop; }
         implementation = ecmp_selector;
-        default_action = no_route();
         size = 4096;
     }
 
@@ -121,7 +116,9 @@ control RoceIngress(inout headers_t hdr,
                 drop_with(DROP_TTL_EXPIRED);
             } else {
                 hash_config.apply();
-                ipv4_route.apply();
+                if (!ipv4_route.apply().hit) {
+                    drop_with(DROP_NO_ROUTE);
+                }
             }
         }
 

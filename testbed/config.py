@@ -127,11 +127,13 @@ class EcmpConfig(_Strict):
             raise ValueError("hash_fields lists a field twice; name each field once")
         return v
 
-    @field_validator("seed")
+    @field_validator("seed", mode="before")
     @classmethod
-    def _seed_range(cls, v: int | str) -> int | str:
-        if isinstance(v, int) and not 0 <= v <= 0xFFFF:
-            raise ValueError("seed must be 0..65535 or 'per_switch'")
+    def _seed_range(cls, v: object) -> object:
+        ok = v == "per_switch" or (isinstance(v, int) and not isinstance(v, bool)
+                                   and 0 <= v <= 0xFFFF)
+        if not ok:
+            raise ValueError("seed must be an integer 0..65535 or 'per_switch'")
         return v
 
 
@@ -253,7 +255,7 @@ def load_config(path: str | Path) -> FabricConfig:
     """Read a fabric YAML file."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError([f"no such file; give the path of a fabric YAML file"], str(p))
+        raise ConfigError(["no such file; give the path of a fabric YAML file"], str(p))
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:

@@ -1,0 +1,1 @@
+"""roce-testbed: an emulated lossless-Ethernet lab."""

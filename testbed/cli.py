@@ -1,0 +1,199 @@
+"""The `testbed` command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from testbed.config import ConfigError, FabricConfig, load_config, parse_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="roce-testbed: an emulated lossless-Ethernet (RoCEv2) lab.")
+console = Console(stderr=True)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {msg}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _sigterm_as_interrupt(_signo, _frame):
+    raise KeyboardInterrupt
+
+
+def _fabric_config(config: Path | None, overrides: dict) -> FabricConfig:
+    """A YAML file if given, with any flags on top; flags alone otherwise."""
+    data: dict = {}
+    if config is not None:
+        data = load_config(config).model_dump(mode="json")
+    shape = data.setdefault("fabric", {})
+    for key, value in overrides.items():
+        if value is not None:
+            shape[key] = value
+    return parse_config(data, str(config) if config else "command line")
+
+
+@app.command()
+def up(
+    config: Annotated[Path | None, typer.Argument(help="Fabric YAML file.")] = None,
+    spines: Annotated[int | None, typer.Option(help="Spine switches.")] = None,
+    leaves: Annotated[int | None, typer.Option(help="Leaf switches.")] = None,
+    hosts_per_leaf: Annotated[int | None, typer.Option(help="Hosts per leaf.")] = None,
+    parallel_links: Annotated[int | None, typer.Option(help="Links per spine-leaf pair.")] = None,
+    pingall: Annotated[bool, typer.Option(help="Ping every host pair, then exit.")] = False,
+    exec_: Annotated[list[str] | None, typer.Option(
+        "--exec", help="Run 'NODE COMMAND' (e.g. 'h1 ping -c1 10.0.2.1'), then exit; repeatable.")
+    ] = None,
+    results: Annotated[Path, typer.Option(help="Where results folders are written.")] = Path(
+        "results"),
+    log: Annotated[bool, typer.Option(help="Write a (size-capped) BMv2 log per switch.")] = False,
+) -> None:
+    """Bring a leaf-spine fabric up and open the Mininet CLI (or run --pingall / --exec)."""
+    if os.geteuid() != 0:
+        _fail("the testbed needs root for namespaces and veths: run it with sudo")
+    try:
+        cfg = _fabric_config(config, {"spines": spines, "leaves": leaves,
+                                      "hosts_per_leaf": hosts_per_leaf,
+                                      "parallel_links": parallel_links})
+    except ConfigError as exc:
+        _fail(exc.render())
+    if log:
+        cfg.switch.log = True
+
+    from testbed.bmv2 import SwitchStartError
+    from testbed.control import ControlPlaneError
+    from testbed.network import Fabric, FabricError
+    from testbed.state import RunState
+    from testbed.topology import build_topology
+
+    if RunState(cfg.name).path.exists():
+        _fail(f"a fabric named {cfg.name!r} is already recorded as running; stop it with "
+              "`sudo testbed down` (or give this one another name)")
+    topo = build_topology(cfg)
+    run_dir = results / f"{cfg.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    fabric = Fabric(cfg, topo, run_dir, progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
+    status = 0
+    t0 = time.monotonic()
+    try:
+        try:
+            fabric.start()
+        except (SwitchStartError, ControlPlaneError, FabricError) as exc:
+            _fail(str(exc), 1)
+        console.print(
+            f"[green]fabric up[/green]: {len(topo.spines)} spines, {len(topo.leaves)} leaves, "
+            f"{len(topo.hosts)} hosts in {time.monotonic() - t0:.2f} s; results in {run_dir}")
+        if pingall:
+            ok, sent = fabric.pingall()
+            loss = 100.0 * (sent - ok) / sent if sent else 0.0
+            console.print(f"pingall: {ok}/{sent} answered ({loss:.0f}% loss)")
+            status = 0 if ok == sent else 1
+        for line in exec_ or []:
+            node_name, _, command = line.partition(" ")
+            try:
+                node = fabric.host(node_name)
+            except KeyError:
+                _fail(f"--exec: no node named {node_name!r}")
+            out = node.cmd(f"{command} ; echo __rc=$?")
+            body, _, rc = out.rpartition("__rc=")
+            sys.stdout.write(body)
+            rc_val = int(rc.strip() or 1)
+            console.print(f"{node_name}$ {command} -> exit {rc_val}")
+            status = status or rc_val
+        if not pingall and not exec_:
+            from mininet.cli import CLI
+
+            CLI(fabric.net)
+    except KeyboardInterrupt:
+        console.print("interrupted: tearing the fabric down")
+        status = 130
+    finally:
+        fabric.stop()
+    raise typer.Exit(status)
+
+
+def _stop_all(gentle: bool) -> None:
+    from testbed.state import clean_all, recorded_runs
+
+    if gentle:
+        # Ask each run's owner (a `testbed up` in another terminal) to tear down itself first.
+        for st in recorded_runs():
+            try:
+                cmd = Path(f"/proc/{st.owner_pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if st.owner_pid != os.getpid() and b"testbed" in cmd:
+                os.kill(st.owner_pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while recorded_runs() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    counts = clean_all()
+    console.print(f"removed {counts['runs']} run(s): {counts['processes']} processes, "
+                  f"{counts['interfaces']} interfaces, {counts['files']} files")
+
+
+@app.command()
+def down() -> None:
+    """Stop every running fabric and remove what it created."""
+    _stop_all(gentle=True)
+
+
+@app.command()
+def clean() -> None:
+    """Remove what a crashed or killed run left behind (only what the testbed recorded)."""
+    _stop_all(gentle=False)
+
+
+@app.command()
+def doctor() -> None:
+    """List what this machine lacks for the testbed, and how to get it."""
+    from testbed.doctor import run_checks
+
+    checks = run_checks()
+    table = Table(title="roce-testbed doctor")
+    for col in ("check", "status", "detail", "how to fix"):
+        table.add_column(col)
+    missing = 0
+    for c in checks:
+        status = "[green]ok[/green]" if c.ok else (
+            "[red]missing[/red]" if c.required else "[yellow]optional[/yellow]")
+        missing += int(not c.ok and c.required)
+        table.add_row(c.name, status, c.detail, c.fix)
+    Console().print(table)
+    raise typer.Exit(1 if missing else 0)
+
+
+@app.command()
+def topology(
+    config: Annotated[Path | None, typer.Argument(help="Fabric YAML file.")] = None,
+    spines: int | None = None, leaves: int | None = None,
+    hosts_per_leaf: int | None = None, parallel_links: int | None = None,
+) -> None:
+    """Print the resolved topology (nodes, ports, addresses, routes) as JSON; needs no root."""
+    from testbed.topology import build_topology
+
+    try:
+        cfg = _fabric_config(config, {"spines": spines, "leaves": leaves,
+                                      "hosts_per_leaf": hosts_per_leaf,
+                                      "parallel_links": parallel_links})
+    except ConfigError as exc:
+        _fail(exc.render())
+    print(build_topology(cfg).to_json())
+
+
+def main() -> None:  # pragma: no cover - console entry point alias
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+

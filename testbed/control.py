@@ -1,0 +1,303 @@
+"""The control plane: push the pipeline and every table entry to each switch over P4Runtime.
+
+One :class:`SwitchSession` per switch wraps p4runtime-shell's ``P4RuntimeClient`` (the shell's
+module-level session serves one switch only) with its own P4Info :class:`Context`, so several
+switches are programmed from one process, in parallel threads, without sharing state. Each
+switch gets all its entries in one Write batch.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import ipaddress
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import google.protobuf.text_format as text_format
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+from p4runtime_sh.context import Context, P4Type
+from p4runtime_sh.p4runtime import P4RuntimeClient
+
+from testbed.config import HASH_FIELDS, FabricConfig
+from testbed.topology import Route, Switch, Topology, compute_routes
+
+P4_DIR = Path(__file__).resolve().parent.parent / "p4"
+P4INFO_PATH = P4_DIR / "compiled" / "roce_switch.p4info.txtpb"
+BMV2_JSON_PATH = P4_DIR / "compiled" / "roce_switch.json"
+
+INGRESS = "RoceIngress"
+EGRESS = "RoceEgress"
+
+
+class ControlPlaneError(Exception):
+    """A switch refused or could not be reached; the message names the switch."""
+
+
+def load_p4info(path: Path = P4INFO_PATH) -> p4info_pb2.P4Info:
+    info = p4info_pb2.P4Info()
+    text_format.Merge(path.read_text(), info, allow_unknown_field=True)
+    return info
+
+
+def encode(value: int, bitwidth: int) -> bytes:
+    """P4Runtime's canonical byte string: big-endian, no leading zero bytes (at least one)."""
+    if value < 0 or value >= 1 << bitwidth:
+        raise ValueError(f"{value} does not fit in {bitwidth} bits")
+    raw = value.to_bytes((bitwidth + 7) // 8, "big")
+    return raw.lstrip(b"\x00") or b"\x00"
+
+
+def mac_to_int(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+def ip_to_int(ip: str) -> int:
+    return int(ipaddress.IPv4Address(ip))
+
+
+class EntryBuilder:
+    """Builds P4Runtime entities by name from a P4Info, like p4lang/tutorials' helper."""
+
+    def __init__(self, p4info: p4info_pb2.P4Info) -> None:
+        self.ctx = Context()
+        self.ctx.set_p4info(p4info)
+
+    def _id(self, kind: P4Type, name: str) -> int:
+        obj_id = self.ctx.get_obj_id(kind, name)
+        if obj_id is None:
+            raise KeyError(f"P4Info has no {kind.name} named {name!r}")
+        return obj_id
+
+    def action(self, name: str, **params: int) -> p4runtime_pb2.Action:
+        a = p4runtime_pb2.Action(action_id=self._id(P4Type.action, name))
+        for pname, value in params.items():
+            p = self.ctx.get_param(name, pname)
+            if p is None:
+                raise KeyError(f"action {name} has no parameter {pname!r}")
+            a.params.add(param_id=p.id, value=encode(value, p.bitwidth))
+        return a
+
+    def member(self, profile: str, member_id: int, action: p4runtime_pb2.Action):
+        ent = p4runtime_pb2.Entity()
+        m = ent.action_profile_member
+        m.action_profile_id = self._id(P4Type.action_profile, profile)
+        m.member_id = member_id
+        m.action.CopyFrom(action)
+        return ent
+
+    def group(self, profile: str, group_id: int, member_ids: Sequence[int], max_size: int):
+        ent = p4runtime_pb2.Entity()
+        g = ent.action_profile_group
+        g.action_profile_id = self._id(P4Type.action_profile, profile)
+        g.group_id = group_id
+        g.max_size = max_size
+        for mid in member_ids:
+            g.members.add(member_id=mid, weight=1)
+        return ent
+
+    def lpm_entry(self, table: str, field: str, prefix: str, *, member_id: int = 0,
+                  group_id: int = 0) -> p4runtime_pb2.Entity:
+        net = ipaddress.IPv4Network(prefix)
+        ent = p4runtime_pb2.Entity()
+        te = ent.table_entry
+        te.table_id = self._id(P4Type.table, table)
+        mf = self.ctx.get_mf(table, field)
+        fm = te.match.add(field_id=mf.id)
+        fm.lpm.value = encode(int(net.network_address), mf.bitwidth)
+        fm.lpm.prefix_len = net.prefixlen
+        if group_id:
+            te.action.action_profile_group_id = group_id
+        else:
+            te.action.action_profile_member_id = member_id
+        return ent
+
+    def exact_entry(self, table: str, field: str, value: int, action: p4runtime_pb2.Action):
+        ent = p4runtime_pb2.Entity()
+        te = ent.table_entry
+        te.table_id = self._id(P4Type.table, table)
+        mf = self.ctx.get_mf(table, field)
+        te.match.add(field_id=mf.id).exact.value = encode(value, mf.bitwidth)
+        te.action.action.CopyFrom(action)
+        return ent
+
+    def default_entry(self, table: str, action: p4runtime_pb2.Action) -> p4runtime_pb2.Entity:
+        ent = p4runtime_pb2.Entity()
+        te = ent.table_entry
+        te.table_id = self._id(P4Type.table, table)
+        te.is_default_action = True
+        te.action.action.CopyFrom(action)
+        return ent
+
+    def counter_id(self, name: str) -> int:
+        return self._id(P4Type.counter, name)
+
+
+def hash_masks(fields: Iterable[str]) -> dict[str, int]:
+    """The set_hash_config masks that keep exactly ``fields`` in the ECMP hash."""
+    chosen = set(fields)
+    unknown = chosen - set(HASH_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown hash fields {sorted(unknown)}; allowed: {HASH_FIELDS}")
+    full = {"src_ip": 0xFFFFFFFF, "dst_ip": 0xFFFFFFFF, "ip_proto": 0xFF,
+            "src_port": 0xFFFF, "dst_port": 0xFFFF}
+    names = {"src_ip": "src_addr_mask", "dst_ip": "dst_addr_mask", "ip_proto": "protocol_mask",
+             "src_port": "src_port_mask", "dst_port": "dst_port_mask"}
+    return {names[f]: (full[f] if f in chosen else 0) for f in HASH_FIELDS}
+
+
+@dataclass
+class SwitchProgram:
+    """Everything one switch is told, as (MODIFY, INSERT) entity lists: pure data, testable."""
+
+    modify: list[p4runtime_pb2.Entity]
+    insert: list[p4runtime_pb2.Entity]
+
+
+def build_switch_program(
+    b: EntryBuilder, sw: Switch, routes: list[Route], cfg: FabricConfig,
+    hash_fields: Sequence[str] | None = None,
+) -> SwitchProgram:
+    profile = f"{INGRESS}.ecmp_selector"
+    table = f"{INGRESS}.ipv4_route"
+    insert: list[p4runtime_pb2.Entity] = []
+    for dscp, tc in sorted(cfg.qos.dscp_to_tc_map.items()):
+        insert.append(b.exact_entry(f"{INGRESS}.dscp_to_tc", "hdr.ipv4.dscp", dscp,
+                                    b.action(f"{INGRESS}.set_tc", tc=tc)))
+    if cfg.qos.default_tc:
+        for dscp in range(64):
+            if dscp not in cfg.qos.dscp_to_tc_map:
+                insert.append(b.exact_entry(f"{INGRESS}.dscp_to_tc", "hdr.ipv4.dscp", dscp,
+                                            b.action(f"{INGRESS}.set_tc", tc=cfg.qos.default_tc)))
+    members: dict[tuple[int, str, str], int] = {}
+    groups: dict[tuple[int, ...], int] = {}
+    route_entries = []
+    for r in routes:
+        mids = []
+        for nh in r.nexthops:
+            key = (nh.port, nh.smac, nh.dmac)
+            if key not in members:
+                members[key] = len(members) + 1
+                insert.append(b.member(profile, members[key], b.action(
+                    f"{INGRESS}.set_nexthop", port=nh.port, smac=mac_to_int(nh.smac),
+                    dmac=mac_to_int(nh.dmac))))
+            mids.append(members[key])
+        if len(mids) == 1:
+            route_entries.append(b.lpm_entry(table, "hdr.ipv4.dst_addr", r.prefix,
+                                             member_id=mids[0]))
+        else:
+            gkey = tuple(mids)
+            if gkey not in groups:
+                groups[gkey] = len(groups) + 1
+                insert.append(b.group(profile, groups[gkey], mids, max_size=max(len(mids), 1)))
+            route_entries.append(b.lpm_entry(table, "hdr.ipv4.dst_addr", r.prefix,
+                                             group_id=groups[gkey]))
+    insert.extend(route_entries)
+    masks = hash_masks(hash_fields if hash_fields is not None else cfg.ecmp.hash_fields)
+    modify = [b.default_entry(f"{INGRESS}.hash_config",
+                              b.action(f"{INGRESS}.set_hash_config", seed=sw.ecmp_seed, **masks))]
+    return SwitchProgram(modify=modify, insert=insert)
+
+
+class SwitchSession:
+    """A P4Runtime session with one switch, as its primary controller."""
+
+    def __init__(self, name: str, device_id: int, grpc_addr: str, builder: EntryBuilder) -> None:
+        self.name = name
+        self.device_id = device_id
+        self.grpc_addr = grpc_addr
+        self.builder = builder
+        self.client: P4RuntimeClient | None = None
+
+    def connect(self) -> None:
+        try:
+            self.client = P4RuntimeClient(self.device_id, self.grpc_addr, (0, 1))
+        except SystemExit:  # p4runtime-shell exits when the arbitration gets no answer
+            raise ControlPlaneError(
+                f"{self.name}: no P4Runtime session at {self.grpc_addr} "
+                f"(device id {self.device_id})"
+            ) from None
+
+    def push_pipeline(self, p4info: Path = P4INFO_PATH, bmv2_json: Path = BMV2_JSON_PATH) -> None:
+        assert self.client is not None
+        try:
+            self.client.set_fwd_pipe_config(str(p4info), str(bmv2_json))
+        except Exception as exc:
+            raise ControlPlaneError(f"{self.name}: pipeline push failed: {exc}") from None
+
+    def write(self, entities: Sequence[p4runtime_pb2.Entity], kind: int) -> None:
+        assert self.client is not None
+        if not entities:
+            return
+        req = p4runtime_pb2.WriteRequest()
+        for ent in entities:
+            req.updates.add(type=kind, entity=ent)
+        try:
+            self.client.write(req)
+        except Exception as exc:
+            raise ControlPlaneError(f"{self.name}: write of {len(entities)} entities "
+                                    f"failed: {exc}") from None
+
+    def apply(self, program: SwitchProgram) -> None:
+        self.write(program.insert, p4runtime_pb2.Update.INSERT)
+        self.write(program.modify, p4runtime_pb2.Update.MODIFY)
+
+    def read_counter(self, name: str) -> dict[int, tuple[int, int]]:
+        """Every non-zero cell of a counter array: index -> (packets, bytes)."""
+        assert self.client is not None
+        ent = p4runtime_pb2.Entity()
+        ent.counter_entry.counter_id = self.builder.counter_id(name)
+        out: dict[int, tuple[int, int]] = {}
+        for resp in self.client.read_one(ent):
+            for e in resp.entities:
+                c = e.counter_entry
+                if c.data.packet_count or c.data.byte_count:
+                    out[c.index.index] = (c.data.packet_count, c.data.byte_count)
+        return out
+
+    def close(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.tear_down()
+            self.client = None
+
+
+def program_fabric(
+    topo: Topology,
+    cfg: FabricConfig,
+    grpc_addrs: dict[str, str],
+    *,
+    p4info: Path = P4INFO_PATH,
+    bmv2_json: Path = BMV2_JSON_PATH,
+    workers: int = 8,
+) -> dict[str, SwitchSession]:
+    """Connect to every switch, push the pipeline and entries in parallel, return the sessions.
+
+    The sessions stay open (the testbed is their primary controller for the run) and must be
+    closed by the caller.
+    """
+    builder = EntryBuilder(load_p4info(p4info))
+
+    def one(sw: Switch) -> SwitchSession:
+        sess = SwitchSession(sw.name, sw.device_id, grpc_addrs[sw.name], builder)
+        sess.connect()
+        sess.push_pipeline(p4info, bmv2_json)
+        sess.apply(build_switch_program(builder, sw, compute_routes(topo, sw), cfg))
+        return sess
+
+    sessions: dict[str, SwitchSession] = {}
+    errors: list[str] = []
+    with cf.ThreadPoolExecutor(max_workers=workers) as pool:
+        futs = {pool.submit(one, sw): sw.name for sw in topo.switches}
+        for fut in cf.as_completed(futs):
+            try:
+                sessions[futs[fut]] = fut.result()
+            except ControlPlaneError as exc:
+                errors.append(str(exc))
+    if errors:
+        for s in sessions.values():
+            s.close()
+        raise ControlPlaneError("; ".join(sorted(errors)))
+    return sessions

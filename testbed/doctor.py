@@ -1,0 +1,92 @@
+"""`testbed doctor`: what this machine lacks for the testbed, and how to get each piece."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+
+QDISCS = ("htb", "tbf", "pfifo", "bfifo", "netem", "red")
+#: Qdiscs the port model cannot do without; the others only widen what experiments can show.
+REQUIRED_QDISCS = ("htb", "tbf", "bfifo")
+PY_MODULES = ("pydantic", "yaml", "typer", "rich", "p4runtime_sh", "scapy", "pyroute2", "psutil",
+              "matplotlib", "grpc")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _which(binary: str, fix: str) -> Check:
+    path = shutil.which(binary)
+    return Check(binary, path is not None, path or "not found", "" if path else fix)
+
+
+def probe_qdiscs() -> dict[str, bool]:
+    """Try each qdisc on a veth inside a throwaway namespace; touches nothing else."""
+    ns = f"roce-doctor-{uuid.uuid4().hex[:6]}"
+    found: dict[str, bool] = {}
+    if subprocess.run(["ip", "netns", "add", ns], capture_output=True).returncode != 0:
+        return {q: False for q in QDISCS}
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"],
+                       capture_output=True)
+        args = {"htb": ["htb"], "tbf": ["tbf", "rate", "1mbit", "burst", "4500", "limit", "9000"],
+                "pfifo": ["pfifo"], "bfifo": ["bfifo"], "netem": ["netem", "delay", "1ms"],
+                "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000",
+                        "burst", "55", "bandwidth", "10mbit"]}
+        for q in QDISCS:
+            r = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", "d0", "root", *args[q]],
+                               capture_output=True)
+            found[q] = r.returncode == 0
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    return found
+
+
+def run_checks() -> list[Check]:
+    apt = "sudo apt-get install -y"
+    checks = [Check("root", os.geteuid() == 0, f"uid {os.geteuid()}",
+                    "run the testbed with sudo (namespaces, veths and qdiscs need root)")]
+    try:
+        importlib.import_module("mininet.net")
+        checks.append(Check("mininet", True, "importable"))
+    except ImportError:
+        checks.append(Check("mininet", False, "not importable",
+                            f"{apt} mininet, and make the venv with --system-site-packages"))
+    p4fix = ("install the p4lang packages: `sudo testbed provision` (Ubuntu 22.04/24.04 and "
+             "Debian 12), or build behavioral-model and p4c from source")
+    checks.append(_which("simple_switch_grpc", p4fix))
+    checks.append(_which("simple_switch_CLI", p4fix))
+    c = _which("p4c-bm2-ss", p4fix)
+    c.required = False
+    c.detail += " (only needed to change the P4 program; the compiled program is in p4/compiled)"
+    checks.append(c)
+    for tool, pkg in (("ip", "iproute2"), ("tc", "iproute2"), ("ethtool", "ethtool"),
+                      ("tshark", "tshark"), ("tcpdump", "tcpdump")):
+        chk = _which(tool, f"{apt} {pkg}")
+        chk.required = tool in ("ip", "tc", "ethtool")
+        checks.append(chk)
+    if os.geteuid() == 0 and shutil.which("tc"):
+        q = probe_qdiscs()
+        for name, ok in q.items():
+            checks.append(Check(f"qdisc {name}", ok, "available" if ok else "missing",
+                                "" if ok else f"load or install the kernel module sch_{name} "
+                                "(Debian/Ubuntu: linux-modules-extra for your kernel)",
+                                required=name in REQUIRED_QDISCS))
+    for mod in PY_MODULES:
+        try:
+            importlib.import_module(mod)
+            checks.append(Check(f"python {mod}", True, "importable"))
+        except ImportError:
+            checks.append(Check(f"python {mod}", False, "missing",
+                                "pip install -e '.[test]' in the project's virtual environment"))
+    return checks

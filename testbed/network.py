@@ -1,0 +1,256 @@
+"""Assemble a fabric in Mininet: BMv2 switches and RoCE hosts in their own namespaces.
+
+:class:`Bmv2Switch` is a Mininet ``Switch`` (as in p4lang/tutorials) that runs in its own
+network namespace, so its Thrift server is unreachable from anywhere but that namespace.
+:class:`RoceHost` is a Mininet ``Host`` configured for a routed fabric without ARP: a /32
+address, a default route to its leaf and a permanent neighbour entry for the gateway.
+:class:`Fabric` brings the whole thing up (switches started and programmed in parallel,
+waiting on readiness, never on fixed sleeps) and down again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mininet.link import Link
+from mininet.net import Mininet
+from mininet.node import Host, Switch
+
+from testbed.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
+from testbed.config import FabricConfig
+from testbed.control import ControlPlaneError, SwitchSession, program_fabric
+from testbed.state import RunState, runtime_dir_for
+from testbed.topology import Topology, intf_name
+
+Progress = Callable[[str], None]
+
+#: Socket send buffer for BMv2 (see ARCHITECTURE.md: BMv2 sends for all ports from one thread on
+#: blocking sockets; packets held in a qdisc count against the buffer, and a full buffer stalls
+#: the whole switch). 16 MiB stays under net.core.wmem_max's usual ceiling once that is raised.
+SWITCH_WMEM_BYTES = 16 * 1024 * 1024
+
+NO_IPV6 = "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
+
+
+class FabricError(Exception):
+    """The fabric could not be brought up; the message says which part and why."""
+
+
+class Bmv2Switch(Switch):
+    """A BMv2 simple_switch_grpc in its own network namespace."""
+
+    def __init__(self, name: str, bmv2: Bmv2Options, **params) -> None:
+        params.setdefault("inNamespace", True)
+        super().__init__(name, dpid=f"{bmv2.device_id:x}", **params)
+        self.bmv2 = Bmv2Process(bmv2)
+        # Before any link exists, so no interface ever gets an IPv6 link-local address.
+        self.cmd(NO_IPV6)
+
+    def prepare(self, mtu: int) -> None:
+        cmds = [f"sysctl -qw net.core.wmem_default={SWITCH_WMEM_BYTES}"]
+        for intf in self.intfNames():
+            if intf == "lo":
+                continue
+            cmds.append(f"ip link set dev {intf} mtu {mtu} up")
+            cmds.append(f"ethtool -K {intf} rx off tx off sg off tso off gso off gro off "
+                        ">/dev/null 2>&1")
+        self.cmd(" ; ".join(cmds))
+
+    def start(self, controllers) -> None:  # noqa: ARG002 - Mininet's signature
+        self.bmv2.start(lambda cmd, **kw: self.popen(cmd, **kw))
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
+        self.bmv2.stop()
+        super().stop(deleteIntfs)
+
+
+class RoceHost(Host):
+    """A host on a routed fabric: /32 address, default route and static neighbour for its leaf."""
+
+    def config(self, ip: str = "", mac: str = "", gateway_ip: str = "", gateway_mac: str = "",
+               mtu: int = 9000, **params):
+        r = super().config(mac=mac, **params)
+        intf = self.defaultIntf().name
+        self.cmd(" ; ".join([
+            NO_IPV6,
+            f"ip link set dev {intf} mtu {mtu} up",
+            f"ip addr flush dev {intf}",
+            f"ip addr add {ip}/32 dev {intf}",
+            f"ip route add {gateway_ip} dev {intf} scope link",
+            f"ip route add default via {gateway_ip} dev {intf} onlink",
+            f"ip neigh replace {gateway_ip} lladdr {gateway_mac} dev {intf} nud permanent",
+            # Checksums must be filled in by the kernel, not left for an offload BMv2 lacks.
+            f"ethtool -K {intf} rx off tx off sg off tso off gso off gro off >/dev/null 2>&1",
+        ]))
+        return r
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each bring-up step; the benchmark reads these."""
+
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, step: str, since: float) -> float:
+        now = time.monotonic()
+        self.steps[step] = round(now - since, 4)
+        return now
+
+    @property
+    def total(self) -> float:
+        return round(sum(self.steps.values()), 4)
+
+
+class Fabric:
+    """A running fabric. Use as a context manager, or call start() and stop()."""
+
+    def __init__(self, cfg: FabricConfig, topo: Topology, results_dir: Path,
+                 progress: Progress | None = None) -> None:
+        self.cfg = cfg
+        self.topo = topo
+        self.results_dir = results_dir
+        self.runtime_dir = runtime_dir_for(cfg.name)
+        self.progress = progress or (lambda _msg: None)
+        self.net: Mininet | None = None
+        self.sessions: dict[str, SwitchSession] = {}
+        self.state = RunState(cfg.name)
+        self.timings = Timings()
+
+    # -- bring-up -----------------------------------------------------------------------
+    def _bmv2_options(self, sw_name: str) -> Bmv2Options:
+        sw = self.topo.switch(sw_name)
+        return Bmv2Options(
+            name=sw.name,
+            device_id=sw.device_id,
+            ports={p: intf_name(sw.name, p) for p in sw.ports},
+            grpc_socket=self.runtime_dir / f"{sw.name}.grpc",
+            log_path=self.results_dir / "logs" / f"{sw.name}.log",
+            thrift_port=self.cfg.switch.thrift_port,
+            log=self.cfg.switch.log,
+            log_max_bytes=self.cfg.switch.log_max_mb * 1024 * 1024,
+        )
+
+    def _build(self) -> None:
+        topo = self.topo
+        self.runtime_dir.mkdir(parents=True, exist_ok=True)
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.state.files = [str(self.runtime_dir / f"{s.name}.grpc") for s in topo.switches]
+        self.state.interfaces = [intf_name(link.a, link.a_port) for link in topo.links] + [
+            intf_name(link.b, link.b_port) for link in topo.links
+        ]
+        self.state.save()
+        net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
+        self.net = net
+        for sw in topo.switches:
+            node = net.addSwitch(sw.name, cls=Bmv2Switch, bmv2=self._bmv2_options(sw.name))
+            self.state.add_process(node.pid, f"mininet:{sw.name}")
+        for h in topo.hosts:
+            node = net.addHost(h.name, cls=RoceHost, ip=h.ip, mac=h.mac, gateway_ip=h.gateway_ip,
+                               gateway_mac=h.gateway_mac, mtu=topo.mtu)
+            self.state.add_process(node.pid, f"mininet:{h.name}")
+        for link in topo.links:
+            a, b = net.get(link.a), net.get(link.b)
+            if link.tier == "host":
+                h_mac = topo.host(link.a).mac
+                b_mac = topo.switch(link.b).ports[link.b_port].mac
+                net.addLink(a, b, port1=0, port2=link.b_port, cls=Link, addr1=h_mac, addr2=b_mac,
+                            intfName1=intf_name(link.a, 0),
+                            intfName2=intf_name(link.b, link.b_port))
+            else:
+                a_mac = topo.switch(link.a).ports[link.a_port].mac
+                b_mac = topo.switch(link.b).ports[link.b_port].mac
+                net.addLink(a, b, port1=link.a_port, port2=link.b_port, cls=Link, addr1=a_mac,
+                            addr2=b_mac, intfName1=intf_name(link.a, link.a_port),
+                            intfName2=intf_name(link.b, link.b_port))
+        net.build()
+        for sw in topo.switches:
+            net.get(sw.name).prepare(topo.mtu)
+
+    def _start_switches(self) -> None:
+        assert self.net is not None
+        nodes = [self.net.get(sw.name) for sw in self.topo.switches]
+        for node in nodes:
+            node.start([])
+            self.state.add_process(node.bmv2.pid, str(node.bmv2.opts.grpc_socket))
+        timeout = self.cfg.switch.start_timeout_s
+        errors = []
+        with cf.ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            futs = {pool.submit(n.bmv2.wait_ready, timeout): n.name for n in nodes}
+            for fut in cf.as_completed(futs):
+                try:
+                    fut.result()
+                except SwitchStartError as exc:
+                    errors.append(str(exc))
+        if errors:
+            raise FabricError("\n".join(sorted(errors)))
+
+    def start(self) -> Fabric:
+        t = time.monotonic()
+        self.progress(f"creating {len(self.topo.switches)} switches, {len(self.topo.hosts)} "
+                      f"hosts and {len(self.topo.links)} links")
+        try:
+            self._build()
+            t = self.timings.mark("mininet", t)
+            self.progress("starting BMv2 switches")
+            self._start_switches()
+            t = self.timings.mark("switches_ready", t)
+            self.progress("programming switches over P4Runtime")
+            addrs = {s.name: f"unix://{self.runtime_dir / (s.name + '.grpc')}"
+                     for s in self.topo.switches}
+            self.sessions = program_fabric(self.topo, self.cfg, addrs)
+            self.timings.mark("programmed", t)
+            (self.results_dir / "topology.json").write_text(self.topo.to_json())
+            (self.results_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        except (SwitchStartError, ControlPlaneError, FabricError):
+            self.stop()
+            raise
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    # -- tear-down ----------------------------------------------------------------------
+    def stop(self) -> None:
+        for s in self.sessions.values():
+            s.close()
+        self.sessions = {}
+        if self.net is not None:
+            with contextlib.suppress(Exception):
+                self.net.stop()
+            self.net = None
+        from testbed.state import clean_state  # after Mininet: sweep whatever it left behind
+
+        clean_state(self.state)
+
+    def __enter__(self) -> Fabric:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- use ----------------------------------------------------------------------------
+    def host(self, name: str):
+        assert self.net is not None
+        return self.net.get(name)
+
+    def pingall(self, timeout: float = 1.0) -> tuple[int, int]:
+        """Ping every ordered pair of hosts once; return (answered, sent)."""
+        assert self.net is not None
+        hosts = [self.net.get(h.name) for h in self.topo.hosts]
+        ok = sent = 0
+        for src in hosts:
+            # One shell round trip per source host: ping every destination in the background.
+            dsts = [h for h in self.topo.hosts if h.name != src.name]
+            script = " ".join(
+                f"(ping -c1 -W{timeout:g} {d.ip} >/dev/null 2>&1 && echo OK {d.name} || "
+                f"echo FAIL {d.name}) &" for d in dsts
+            ) + " wait"
+            out = src.cmd(script)
+            ok += out.count("OK ")
+            sent += len(dsts)
+        return ok, sent

@@ -1,0 +1,132 @@
+"""What a running fabric created, on disk, so that `testbed clean` can remove exactly that.
+
+The record is written as things are created (not at the end), so that a run killed half way
+still leaves a record of what it had made. Cleaning kills only processes whose PID *and*
+command line match the record, and deletes only interfaces the record names: another Mininet
+or BMv2 on the same machine is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RUNTIME_DIR = Path(os.environ.get("ROCE_TESTBED_RUNTIME", "/tmp/roce-testbed"))
+
+
+@dataclass
+class ProcRecord:
+    pid: int
+    match: str  # a substring its command line must contain
+
+
+@dataclass
+class RunState:
+    name: str
+    owner_pid: int = field(default_factory=os.getpid)
+    started: float = field(default_factory=time.time)
+    processes: list[ProcRecord] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return RUNTIME_DIR / f"{self.name}.state.json"
+
+    def save(self) -> None:
+        RUNTIME_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        tmp.replace(self.path)
+
+    def add_process(self, pid: int, match: str) -> None:
+        self.processes.append(ProcRecord(pid, match))
+        self.save()
+
+    @classmethod
+    def load(cls, path: Path) -> RunState:
+        d = json.loads(path.read_text())
+        d["processes"] = [ProcRecord(**p) for p in d.get("processes", [])]
+        return cls(**d)
+
+
+def runtime_dir_for(name: str) -> Path:
+    return RUNTIME_DIR / name
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _matching(rec: ProcRecord) -> bool:
+    return rec.match in _cmdline(rec.pid)
+
+
+def kill_recorded(records: list[ProcRecord], grace: float = 2.0) -> int:
+    """Terminate, then kill, the recorded processes that still match; return how many."""
+    live = [r for r in records if _matching(r)]
+    for r in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(r.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_matching(r) for r in live):
+        time.sleep(0.05)
+    for r in live:
+        if _matching(r):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(r.pid, signal.SIGKILL)
+    return len(live)
+
+
+def _root_interfaces() -> set[str]:
+    return {p.name for p in Path("/sys/class/net").iterdir()}
+
+
+def clean_state(state: RunState) -> dict[str, int]:
+    """Remove what one run recorded. Returns counts of what was removed."""
+    killed = kill_recorded(state.processes)
+    deleted = 0
+    present = _root_interfaces()
+    for intf in state.interfaces:
+        if intf in present:
+            subprocess.run(["ip", "link", "del", intf], capture_output=True, check=False)
+            deleted += 1
+    removed = 0
+    for f in state.files:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            Path(f).unlink()
+            removed += 1
+    with contextlib.suppress(FileNotFoundError):
+        state.path.unlink()
+    return {"processes": killed, "interfaces": deleted, "files": removed}
+
+
+def recorded_runs() -> list[RunState]:
+    if not RUNTIME_DIR.is_dir():
+        return []
+    runs = []
+    for p in sorted(RUNTIME_DIR.glob("*.state.json")):
+        try:
+            runs.append(RunState.load(p))
+        except (OSError, ValueError, TypeError):
+            continue
+    return runs
+
+
+def clean_all() -> dict[str, int]:
+    total = {"runs": 0, "processes": 0, "interfaces": 0, "files": 0}
+    for st in recorded_runs():
+        counts = clean_state(st)
+        total["runs"] += 1
+        for k, v in counts.items():
+            total[k] += v
+    return total

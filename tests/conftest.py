@@ -1,0 +1,34 @@
+"""Shared fixtures and the skip rules that name what a test needs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, veths, tc); run pytest with sudo")
+
+
+def need_bmv2() -> None:
+    need_root()
+    for tool in ("simple_switch_grpc", "simple_switch_CLI"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"needs BMv2: {tool} is not installed (see `testbed doctor`)")
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        pytest.skip("needs Mininet: apt install mininet, venv with --system-site-packages")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("bmv2"):
+        need_bmv2()
+    elif item.get_closest_marker("root"):
+        need_root()

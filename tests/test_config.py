@@ -1,0 +1,86 @@
+"""Config validation: a bad file gets one clear line per problem, naming field and fix."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from testbed.config import ConfigError, FabricConfig, load_config
+
+BAD_FILES = {
+    "zero spines": ("fabric: {spines: 0}", ["fabric.spines", "greater than or equal to 1"]),
+    "unknown top section": ("fabrik: {spines: 2}", ["fabrik: unknown field", "fabric"]),
+    "unknown fabric field": ("fabric: {spine: 2}", ["fabric.spine: unknown field", "spines"]),
+    "spines not a number": ("fabric: {spines: two}", ["fabric.spines", "integer"]),
+    "too many leaves": ("fabric: {leaves: 300}", ["fabric.leaves", "250"]),
+    "negative rate": ("fabric: {host_link_mbps: -5}", ["fabric.host_link_mbps", "greater than 0"]),
+    "mtu too small": ("fabric: {mtu: 1000}", ["fabric.mtu", "1500"]),
+    "unknown hash field": ("ecmp: {hash_fields: [src_ip, vlan]}", ["ecmp.hash_fields", "src_port"]),
+    "empty hash fields": ("ecmp: {hash_fields: []}", ["ecmp.hash_fields", "at least 1"]),
+    "hash field twice": ("ecmp: {hash_fields: [src_ip, src_ip]}", ["ecmp.hash_fields", "twice"]),
+    "bad seed": ("ecmp: {seed: random}", ["ecmp.seed", "per_switch"]),
+    "seed too big": ("ecmp: {seed: 70000}", ["ecmp.seed", "65535"]),
+    "dscp out of range": ("qos: {dscp_to_tc_map: {70: 3}}", ["qos.dscp_to_tc_map", "0..63"]),
+    "bad name": ("name: My Lab", ["name", "pattern"]),
+    "too many ports": ("fabric: {hosts_per_leaf: 250, spines: 64, parallel_links: 16}",
+                       ["fabric", "ports"]),
+    "not a mapping": ("- spines: 2", ["top level must be a mapping"]),
+    "broken yaml": ("fabric: {spines: 2", ["line", "not valid YAML"]),
+    "log size zero": ("switch: {log_max_mb: 0}", ["switch.log_max_mb"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_bad_file_gets_a_named_message(tmp_path: Path, name: str) -> None:
+    text, expected = BAD_FILES[name]
+    path = tmp_path / "fabric.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    rendered = info.value.render()
+    for part in expected:
+        assert part in rendered, f"{part!r} not in:\n{rendered}"
+    assert "Traceback" not in rendered
+
+
+def test_several_mistakes_are_all_reported(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text("fabric: {spines: 0, leaves: 0}\necmp: {seed: x}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert len(info.value.problems) == 3
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "nope.yaml")
+    assert "nope.yaml" in info.value.render()
+
+
+def test_good_file_and_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text(textwrap.dedent("""
+        name: lab
+        fabric: {spines: 3, leaves: 3, hosts_per_leaf: 1, parallel_links: 2}
+        ecmp: {hash_fields: [src_ip, dst_ip], seed: 7}
+    """))
+    cfg = load_config(path)
+    assert cfg.fabric.spines == 3 and cfg.fabric.parallel_links == 2
+    assert cfg.ecmp.seed == 7
+    assert cfg.qos.dscp_to_tc_map == {26: 3, 48: 6}
+    assert cfg.switch.log is False
+
+
+def test_empty_file_gives_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text("")
+    assert load_config(path) == FabricConfig()
+
+
+def test_shipped_examples_are_valid() -> None:
+    examples = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+    assert examples, "examples/ has no fabric files"
+    for ex in examples:
+        load_config(ex)

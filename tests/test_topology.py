@@ -1,0 +1,127 @@
+"""Topology generator, address plan and routes: pure data, no root needed."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from testbed.config import FabricConfig, FabricShape
+from testbed.topology import build_topology, compute_routes
+
+
+def topo_of(**shape):
+    return build_topology(FabricConfig(fabric=FabricShape(**shape)))
+
+
+def test_counts_and_names() -> None:
+    t = topo_of(spines=2, leaves=4, hosts_per_leaf=2)
+    assert [s.name for s in t.spines] == ["spine1", "spine2"]
+    assert [s.name for s in t.leaves] == ["leaf1", "leaf2", "leaf3", "leaf4"]
+    assert [h.name for h in t.hosts] == [f"h{i}" for i in range(1, 9)]
+    assert len(t.links) == 8 + 2 * 4
+    assert sorted(s.device_id for s in t.switches) == list(range(1, 7))
+
+
+def test_address_plan_is_deterministic_and_unique() -> None:
+    t = topo_of(spines=2, leaves=3, hosts_per_leaf=3)
+    h = t.host("h5")
+    assert (h.leaf, h.position, h.ip, h.mac) == ("leaf2", 2, "10.0.2.2", "02:00:0a:00:02:02")
+    assert h.gateway_ip == "10.0.2.254"
+    assert h.gateway_mac == t.switch("leaf2").ports[2].mac
+    macs = [h.mac for h in t.hosts] + [p.mac for s in t.switches for p in s.ports.values()]
+    assert len(macs) == len(set(macs))
+    assert t.to_dict() == topo_of(spines=2, leaves=3, hosts_per_leaf=3).to_dict()
+
+
+def test_ports_are_wired_symmetrically() -> None:
+    t = topo_of(spines=3, leaves=3, hosts_per_leaf=1, parallel_links=2)
+    for sw in t.switches:
+        for p in sw.ports.values():
+            if p.peer.startswith("h"):
+                assert t.host(p.peer).leaf_port == p.number
+            else:
+                back = t.switch(p.peer).ports[p.peer_port]
+                assert (back.peer, back.peer_port) == (sw.name, p.number)
+    # leaf: 1 host port, then 3 spines x 2 links; spine: 3 leaves x 2 links
+    assert list(t.switch("leaf1").ports) == list(range(1, 8))
+    assert list(t.switch("spine1").ports) == list(range(1, 7))
+
+
+def test_leaf_routes_use_every_uplink() -> None:
+    t = topo_of(spines=2, leaves=4, hosts_per_leaf=2, parallel_links=2)
+    leaf = t.switch("leaf1")
+    routes = {r.prefix: r for r in compute_routes(t, leaf)}
+    assert set(routes) == {"10.0.1.1/32", "10.0.1.2/32", "10.0.2.0/24", "10.0.3.0/24",
+                           "10.0.4.0/24"}
+    assert [nh.port for nh in routes["10.0.1.2/32"].nexthops] == [2]
+    assert routes["10.0.1.2/32"].nexthops[0].dmac == t.host("h2").mac
+    up = routes["10.0.3.0/24"].nexthops
+    assert sorted(nh.port for nh in up) == [3, 4, 5, 6]
+    # each uplink's next hop MAC is the spine port at the other end of that cable
+    for nh in up:
+        p = leaf.ports[nh.port]
+        assert nh.dmac == t.switch(p.peer).ports[p.peer_port].mac
+        assert nh.smac == p.mac
+
+
+def test_spine_routes_reach_each_leaf_over_parallel_links() -> None:
+    t = topo_of(spines=2, leaves=3, hosts_per_leaf=1, parallel_links=3)
+    routes = {r.prefix: r for r in compute_routes(t, t.switch("spine2"))}
+    assert set(routes) == {"10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"}
+    assert sorted(nh.port for nh in routes["10.0.2.0/24"].nexthops) == [4, 5, 6]
+
+
+def test_every_host_pair_has_a_path() -> None:
+    """Walk the routes hop by hop (first next hop) from each host to each other host."""
+    t = topo_of(spines=3, leaves=3, hosts_per_leaf=2, parallel_links=2)
+    import ipaddress
+
+    def lookup(sw, ip):
+        best = None
+        for r in compute_routes(t, sw):
+            net = ipaddress.IPv4Network(r.prefix)
+            if ipaddress.IPv4Address(ip) in net and (best is None or net.prefixlen >
+                                                     ipaddress.IPv4Network(best.prefix).prefixlen):
+                best = r
+        return best
+
+    for src in t.hosts:
+        for dst in t.hosts:
+            if src is dst:
+                continue
+            for choice in (0, -1):
+                sw, hops = t.switch(src.leaf), 0
+                while True:
+                    r = lookup(sw, dst.ip)
+                    assert r is not None, f"{sw.name} has no route to {dst.ip}"
+                    port = sw.ports[r.nexthops[choice].port]
+                    hops += 1
+                    if port.peer == dst.name:
+                        break
+                    assert hops < 5
+                    sw = t.switch(port.peer)
+                assert hops == (1 if src.leaf == dst.leaf else 3)
+
+
+def test_per_switch_seeds_differ_and_fixed_seed_is_shared() -> None:
+    t = topo_of(spines=2, leaves=4)
+    assert len({s.ecmp_seed for s in t.switches}) == 6
+    cfg = FabricConfig.model_validate({"ecmp": {"seed": 5}})
+    assert {s.ecmp_seed for s in build_topology(cfg).switches} == {5}
+
+
+def test_json_roundtrip() -> None:
+    t = topo_of(spines=2, leaves=2, hosts_per_leaf=1)
+    d = json.loads(t.to_json())
+    assert Counter(link["tier"] for link in d["links"]) == {"host": 2, "fabric": 4}
+    assert "leaf1" in d["routes"]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (4, 8, 2, 1), (3, 3, 1, 2), (2, 250, 1, 1)])
+def test_other_shapes(shape) -> None:
+    s, lf, h, p = shape
+    t = topo_of(spines=s, leaves=lf, hosts_per_leaf=h, parallel_links=p)
+    assert len(t.hosts) == lf * h
+    assert len(t.links) == lf * h + s * lf * p
