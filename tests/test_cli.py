@@ -1,0 +1,70 @@
+"""The command line: clear errors, never a traceback; doctor's report."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
+
+CLI = [sys.executable, "-m", "testbed.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+
+
+def test_bad_flags_are_named_without_traceback() -> None:
+    r = run("topology", "--spines", "0", "--leaves", "300")
+    assert r.returncode == 2
+    assert "fabric.spines" in r.stderr and "fabric.leaves" in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_bad_file_is_named_without_traceback(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("fabric:\n  spines: two\n  hosts: 3\n")
+    r = run("topology", str(f))
+    assert r.returncode == 2
+    assert "fabric.spines" in r.stderr and "fabric.hosts: unknown field" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_topology_prints_resolved_json() -> None:
+    r = run("topology", "--spines", "3", "--leaves", "3", "--hosts-per-leaf", "1",
+            "--parallel-links", "2")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    d = json.loads(r.stdout)
+    assert len(d["spines"]) == 3 and len(d["links"]) == 3 + 18
+
+
+@pytest.mark.root
+def test_doctor_lists_every_check() -> None:
+    r = run("doctor")
+    for name in ("root", "mininet", "simple_switch_grpc", "p4c-bm2-ss", "qdisc htb",
+                 "qdisc tbf", "python scapy"):
+        assert name in r.stdout, r.stdout
+    assert r.returncode in (0, 1)
+
+
+@pytest.mark.bmv2
+def test_a_switch_that_fails_is_named_with_log_and_command(tmp_path: Path) -> None:
+    opts = Bmv2Options(name="leaf9", device_id=9, ports={1: "no-such-intf0"},
+                       grpc_socket=tmp_path / "s.grpc", log_path=tmp_path / "s.log",
+                       thrift_port=39090)
+    proc = Bmv2Process(opts)
+    proc.start(lambda cmd, **kw: subprocess.Popen(cmd, **kw))
+    try:
+        with pytest.raises(SwitchStartError) as info:
+            proc.wait_ready(10)
+    finally:
+        proc.stop()
+    msg = str(info.value)
+    assert "switch leaf9" in msg and "command: " in msg and "no-such-intf0" in msg
+    assert "last lines of" in msg

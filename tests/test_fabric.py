@@ -1,0 +1,212 @@
+"""Whole fabrics on real BMv2, Mininet namespaces and veths."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.config import FabricConfig
+from testbed.control import SwitchSession, build_switch_program
+from testbed.network import Fabric
+from testbed.state import RUNTIME_DIR
+from testbed.topology import build_topology
+
+pytestmark = pytest.mark.bmv2
+TESTBED = [sys.executable, "-m", "testbed.cli"]
+
+
+def net_namespaces() -> set[int]:
+    """Every network namespace some process is in (Mininet's are anonymous)."""
+    out = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                out.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    return out
+
+
+def testbed_leftovers() -> dict[str, list]:
+    intfs = [p.name for p in Path("/sys/class/net").iterdir()
+             if p.name.startswith(("leaf", "spine", "h"))]
+    switches = subprocess.run(["pgrep", "-f", f"simple_switch_grpc.*{RUNTIME_DIR}"],
+                              capture_output=True, text=True).stdout.split()
+    shells = subprocess.run(["pgrep", "-f", "mininet:(leaf|spine|h)[0-9]"],
+                            capture_output=True, text=True).stdout.split()
+    states = list(RUNTIME_DIR.glob("*.state.json")) if RUNTIME_DIR.exists() else []
+    qdiscs = [ln for ln in subprocess.run(["tc", "qdisc", "show"], capture_output=True,
+                                          text=True).stdout.splitlines()
+              if " dev leaf" in ln or " dev spine" in ln]
+    return {"interfaces": intfs, "switches": switches, "shells": shells, "states": states,
+            "qdiscs": qdiscs}
+
+
+def assert_clean(before_ns: set[int]) -> None:
+    left = testbed_leftovers()
+    assert not any(left.values()), left
+    deadline = time.time() + 5
+    while net_namespaces() - before_ns and time.time() < deadline:
+        time.sleep(0.1)
+    assert not (net_namespaces() - before_ns), "network namespaces left behind"
+
+
+def run_cli(args: list[str], tmp: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(TESTBED + args + ["--results", str(tmp)], capture_output=True,
+                          text=True, timeout=timeout, cwd=Path(__file__).parent.parent)
+
+
+def test_up_pingall_then_nothing_left(tmp_path: Path) -> None:
+    before = net_namespaces()
+    r = run_cli(["up", "--spines", "2", "--leaves", "4", "--hosts-per-leaf", "2", "--pingall"],
+                tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "pingall: 56/56 answered" in r.stderr
+    run = next(tmp_path.iterdir())
+    assert (run / "topology.json").exists() and (run / "config.json").exists()
+    assert_clean(before)
+
+
+def test_other_shape_without_code_changes(tmp_path: Path) -> None:
+    before = net_namespaces()
+    r = run_cli(["up", "examples/fabric-3x3x1-parallel.yaml", "--pingall"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "pingall: 6/6 answered" in r.stderr
+    assert_clean(before)
+
+
+def test_exec_reports_the_command_status(tmp_path: Path) -> None:
+    r = run_cli(["up", "--spines", "1", "--leaves", "2", "--hosts-per-leaf", "1",
+                 "--exec", "h1 ping -c1 -W2 10.0.2.1", "--exec", "h2 false"], tmp_path)
+    assert "h1$ ping -c1 -W2 10.0.2.1 -> exit 0" in r.stderr
+    assert r.returncode == 1
+
+
+def _start_background(tmp: Path) -> subprocess.Popen:
+    p = subprocess.Popen(TESTBED + ["up", "--spines", "1", "--leaves", "2", "--hosts-per-leaf",
+                                    "1", "--exec", "h1 sleep 120", "--results", str(tmp)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=Path(__file__).parent.parent)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if len(testbed_leftovers()["switches"]) == 3 and any(
+                tmp.glob("*/topology.json")):
+            return p
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.2)
+    p.kill()
+    raise AssertionError("fabric did not come up")
+
+
+def test_down_stops_a_running_fabric(tmp_path: Path) -> None:
+    before = net_namespaces()
+    p = _start_background(tmp_path)
+    r = subprocess.run(TESTBED + ["down"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    p.wait(timeout=30)
+    assert_clean(before)
+
+
+def test_clean_after_a_crash(tmp_path: Path) -> None:
+    before = net_namespaces()
+    p = _start_background(tmp_path)
+    p.send_signal(signal.SIGKILL)  # no teardown at all
+    p.wait()
+    assert testbed_leftovers()["switches"], "the crash should have left switches running"
+    r = subprocess.run(TESTBED + ["clean"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert_clean(before)
+
+
+def test_ctrl_c_tears_down(tmp_path: Path) -> None:
+    before = net_namespaces()
+    p = _start_background(tmp_path)
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    assert_clean(before)
+
+
+def _send_flows(fabric: Fabric, src: str, dst_ip: str, n: int) -> None:
+    script = (
+        "import socket\n"
+        f"for sport in range(49152, 49152 + {n}):\n"
+        "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "    s.bind(('0.0.0.0', sport))\n"
+        "    for _ in range(3):\n"
+        f"        s.sendto(b'x' * 64, ('{dst_ip}', 4791))\n"
+        "    s.close()\n"
+    )
+    fabric.host(src).cmd(f"{sys.executable} -c \"{script}\"")
+
+
+def _uplink_tx(fabric: Fabric, leaf: str) -> dict[int, int]:
+    sw = fabric.topo.switch(leaf)
+    counts = fabric.sessions[leaf].read_counter("RoceEgress.tx_port")
+    return {p: counts.get(p, (0, 0))[0] for p, port in sw.ports.items()
+            if port.peer.startswith("spine")}
+
+
+def _reprogram_hash(fabric: Fabric, fields: list[str]) -> None:
+    for sw in fabric.topo.switches:
+        sess: SwitchSession = fabric.sessions[sw.name]
+        prog = build_switch_program(sess.builder, sw, [], fabric.cfg, hash_fields=fields)
+        sess.write(prog.modify, 2)
+
+
+def test_ecmp_spreads_flows_over_every_uplink_and_polarizes_without_sport(tmp_path: Path) -> None:
+    cfg = FabricConfig.model_validate({"fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 2}})
+    with Fabric(cfg, build_topology(cfg), tmp_path) as fabric:
+        _send_flows(fabric, "h1", "10.0.4.1", 32)
+        tx = _uplink_tx(fabric, "leaf1")
+        assert all(v > 0 for v in tx.values()), tx
+        assert sum(tx.values()) == 96
+        _reprogram_hash(fabric, ["src_ip", "dst_ip", "ip_proto", "dst_port"])
+        _send_flows(fabric, "h1", "10.0.4.1", 32)
+        tx2 = _uplink_tx(fabric, "leaf1")
+        grew = [p for p in tx2 if tx2[p] > tx[p]]
+        assert len(grew) == 1, (tx, tx2)
+        assert tx2[grew[0]] - tx[grew[0]] == 96
+
+
+def _tcp_answers(addr: str, port: int, ns_pid: int | None = None) -> bool:
+    if ns_pid is None:
+        try:
+            with socket.create_connection((addr, port), timeout=1):
+                return True
+        except OSError:
+            return False
+    r = subprocess.run(["nsenter", "-t", str(ns_pid), "-n", sys.executable, "-c",
+                        f"import socket; socket.create_connection(('{addr}', {port}), timeout=1)"],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+def test_management_is_unreachable_off_the_switch(tmp_path: Path) -> None:
+    cfg = FabricConfig.model_validate({"fabric": {"spines": 1, "leaves": 2, "hosts_per_leaf": 1}})
+    with Fabric(cfg, build_topology(cfg), tmp_path) as fabric:
+        leaf = fabric.net.get("leaf1")
+        thrift = cfg.switch.thrift_port
+        # the Thrift server is there, inside the switch's own namespace ...
+        assert _tcp_answers("127.0.0.1", thrift, leaf.pid)
+        # ... and answers on no other address: not the machine's, not from a host on the fabric
+        root_addrs = subprocess.run(["hostname", "-I"], capture_output=True,
+                                    text=True).stdout.split()
+        for addr in ["127.0.0.1", *root_addrs]:
+            for port in (thrift, 9559):
+                assert not _tcp_answers(addr, port), f"{addr}:{port} answers"
+        h1 = fabric.host("h1")
+        for addr in ("10.0.1.254", "10.0.2.254"):
+            assert not _tcp_answers(addr, thrift, h1.pid)
+        # no TCP listener in the switch namespace but Thrift; gRPC is a unix socket
+        listeners = leaf.cmd("ss -Hltn").split("\n")
+        ports = {ln.split()[3].rsplit(":", 1)[1] for ln in listeners if ln.strip()}
+        assert ports == {str(thrift)}, listeners
+        # no IPv6 link-local on switch ports, so nothing is reachable over them either
+        assert "inet6" not in leaf.cmd("ip -6 addr show")
+        assert Path(str(RUNTIME_DIR / cfg.name / "leaf1.grpc")).is_socket()
