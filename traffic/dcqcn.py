@@ -1,0 +1,139 @@
+"""DCQCN: the reaction point (sender) of Zhu et al., SIGCOMM 2015, with injected time.
+
+The state machine takes ``now`` (seconds) as an argument and never reads a clock, so unit tests
+drive it through exact sequences. Parameters follow [Z15] at 40 Gbit/s and are scaled to the
+emulated link by ``scale = 40 Gbit/s / link rate``: times are multiplied by it, rates divided,
+byte counts kept (a byte count is a rate times a time). At 10 Mbit/s, scale = 4000: the 55 us
+timers become 220 ms and the 40 Mbit/s additive step becomes 10 kbit/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+REFERENCE_LINK_BPS = 40e9  # [Z15] evaluated DCQCN on 40 Gbit/s links
+
+
+@dataclass(frozen=True)
+class DcqcnParams:
+    """Reaction-point parameters. Units: bit/s, seconds, bytes."""
+
+    line_rate_bps: float
+    g: float = 1 / 256  # [Z15] alpha gain (ConnectX: ~1/205)
+    alpha_period_s: float = 55e-6  # K: alpha decays every K without CNP [Z15]
+    timer_period_s: float = 55e-6  # T: rate-increase timer [Z15]
+    byte_counter_bytes: int = 10 * 1024 * 1024  # B [Z15]
+    fast_recovery_steps: int = 5  # F [Z15]
+    rai_bps: float = 40e6  # additive increase [Z15]
+    rhai_bps: float = 200e6  # hyper increase [ZNS]
+    min_rate_bps: float = 100e6  # floor [ZNS]
+    initial_alpha: float = 1.0
+
+    @classmethod
+    def scaled(cls, line_rate_bps: float, **overrides: float) -> DcqcnParams:
+        """[Z15]'s 40 Gbit/s parameters, scaled to ``line_rate_bps``."""
+        s = REFERENCE_LINK_BPS / line_rate_bps
+        base = cls(line_rate_bps=line_rate_bps)
+        scaled = dict(
+            alpha_period_s=base.alpha_period_s * s,
+            timer_period_s=base.timer_period_s * s,
+            rai_bps=base.rai_bps / s,
+            rhai_bps=base.rhai_bps / s,
+            min_rate_bps=base.min_rate_bps / s,
+        )
+        scaled.update(overrides)
+        return cls(line_rate_bps=line_rate_bps, **scaled)  # type: ignore[arg-type]
+
+
+@dataclass
+class ReactionPoint:
+    """Per-QP DCQCN sender state: current rate RC, target rate RT, alpha and the two counters."""
+
+    p: DcqcnParams
+    now: float = 0.0
+    rc: float = field(init=False)
+    rt: float = field(init=False)
+    alpha: float = field(init=False)
+    timer_stage: int = 0  # iT
+    byte_stage: int = 0  # iB
+    bytes_since: int = 0
+    cnps: int = 0
+    _last_alpha: float = field(init=False)
+    _last_timer: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rc = self.rt = self.p.line_rate_bps
+        self.alpha = self.p.initial_alpha
+        self._last_alpha = self._last_timer = self.now
+
+    # -- events -------------------------------------------------------------------------
+    def on_cnp(self, now: float) -> None:
+        self.advance(now)
+        self.cnps += 1
+        self.rt = self.rc
+        self.rc = max(self.rc * (1 - self.alpha / 2), self.p.min_rate_bps)
+        self.alpha = (1 - self.p.g) * self.alpha + self.p.g
+        self.timer_stage = self.byte_stage = 0
+        self.bytes_since = 0
+        self._last_alpha = self._last_timer = now
+
+    def on_sent(self, nbytes: int, now: float) -> None:
+        self.advance(now)
+        self.bytes_since += nbytes
+        while self.bytes_since >= self.p.byte_counter_bytes:
+            self.bytes_since -= self.p.byte_counter_bytes
+            self.byte_stage += 1
+            self._increase()
+
+    def advance(self, now: float) -> None:
+        """Run the alpha and rate-increase timers up to ``now``."""
+        while self._last_alpha + self.p.alpha_period_s <= now:
+            self._last_alpha += self.p.alpha_period_s
+            self.alpha = (1 - self.p.g) * self.alpha
+        while self._last_timer + self.p.timer_period_s <= now:
+            self._last_timer += self.p.timer_period_s
+            self.timer_stage += 1
+            self._increase()
+        self.now = max(self.now, now)
+
+    # -- rate increase ------------------------------------------------------------------
+    @property
+    def phase(self) -> str:
+        f = self.p.fast_recovery_steps
+        if max(self.timer_stage, self.byte_stage) < f:
+            return "fast_recovery"
+        if min(self.timer_stage, self.byte_stage) >= f:
+            return "hyper_increase"
+        return "additive_increase"
+
+    def _increase(self) -> None:
+        if self.rc >= self.p.line_rate_bps and self.rt >= self.p.line_rate_bps:
+            return
+        phase = self.phase
+        if phase == "additive_increase":
+            self.rt += self.p.rai_bps
+        elif phase == "hyper_increase":
+            i = min(self.timer_stage, self.byte_stage) - self.p.fast_recovery_steps + 1
+            self.rt += i * self.p.rhai_bps
+        self.rt = min(self.rt, self.p.line_rate_bps)
+        self.rc = min((self.rt + self.rc) / 2, self.p.line_rate_bps)
+
+
+@dataclass
+class NotificationPoint:
+    """Receiver side: at most one CNP per QP per ``interval_s`` while CE marks arrive."""
+
+    interval_s: float
+    _last: dict[int, float] = field(default_factory=dict)
+
+    def should_send(self, qpn: int, now: float) -> bool:
+        last = self._last.get(qpn)
+        if last is not None and now - last < self.interval_s:
+            return False
+        self._last[qpn] = now
+        return True
+
+    @classmethod
+    def scaled(cls, line_rate_bps: float, interval_s: float = 50e-6) -> NotificationPoint:
+        """[Z15]'s N = 50 us, scaled like the reaction point's timers."""
+        return cls(interval_s * REFERENCE_LINK_BPS / line_rate_bps)
