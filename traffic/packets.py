@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.contrib.roce import AETH, BTH, CNPPadding  # noqa: F401 - re-exported for users
-from scapy.fields import BitField, IntField, LongField
+from scapy.fields import IntField, LongField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers

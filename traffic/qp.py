@@ -129,7 +129,10 @@ class Requester:
         length = min(self.mtu, m.size - off)
         first, middle, last, only = _OPS[m.kind]
         is_first, is_last = off == 0, off + length == m.size
-        opcode = only if is_first and is_last else first if is_first else last if is_last else middle
+        if is_first:
+            opcode = only if is_last else first
+        else:
+            opcode = last if is_last else middle
         self._since_ackreq += 1
         ack_req = is_last or self._since_ackreq >= self.ack_req_every
         if ack_req:
