@@ -48,6 +48,13 @@ log = logging.getLogger("roce.endpoint")
 
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back to us
+#: How far behind schedule a pacer may fall before it forgets the debt; keeps the average rate
+#: exact when the loop wakes late, without letting a stalled QP burst afterwards.
+PACING_SLACK_S = 0.005
+BURST_FRAMES = 32
+HOUSEKEEPING_S = 0.01
 PFC_QUANTUM_BITS = 512
 MAX_QUANTA = 0xFFFF
 
@@ -80,6 +87,11 @@ MESSAGE_COLUMNS = [
     ("completed_s", "when its last packet was acknowledged"),
     ("fct_s", "flow (message) completion time"),
 ]
+
+
+def _paced(next_time: float, now: float, cost: float) -> float:
+    """Advance a pacer's next-send time by one frame's cost, forgiving lateness past a slack."""
+    return max(next_time, now - PACING_SLACK_S) + cost
 
 
 def qp_source_port(qpn: int, dqpn: int) -> int:
@@ -167,6 +179,8 @@ class Endpoint:
         self._running = True
         self._next_sample = 0.0
         self._builders: dict[tuple[str, int, int], RoceFrameBuilder] = {}
+        self._requesters: list[QpState] = []
+        self._next_housekeeping = 0.0
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         self._qp_csv = open(cfg.out_dir / "qp_timeseries.csv", "w", newline="")  # noqa: SIM115
         self._qp_w = csv.writer(self._qp_csv)
@@ -182,6 +196,8 @@ class Endpoint:
         self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
         self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
         self.raw.bind((self.cfg.intf, 0))
+        with contextlib.suppress(OSError):
+            self.raw.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         self.raw.setblocking(False)
         # Hold UDP 4791 so the host kernel does not answer RoCE with ICMP port unreachable.
         self.quiet = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -224,8 +240,8 @@ class Endpoint:
         except OSError as exc:  # ENOBUFS while the qdisc is full: counted, not fatal
             self.stats.send_errors += 1
             log.debug("send failed: %s", exc)
-        now = self.now()
-        self.nic_free_at = max(self.nic_free_at, now) + len(frame) * 8 / self.cfg.line_rate_bps
+        self.nic_free_at = _paced(self.nic_free_at, self.now(),
+                                  len(frame) * 8 / self.cfg.line_rate_bps)
 
     def _send_ctrl(self, tc: int, frame: bytes) -> None:
         if self.paused_until[tc] > self.now():
@@ -253,6 +269,7 @@ class Endpoint:
                                      rto_s=rto_s)
             if self.cfg.dcqcn_enabled:
                 st.rp = ReactionPoint(self.dcqcn, now=self.now())
+            self._requesters.append(st)
         else:
             st.responder = Responder(qpn, peer_qpn, start_psn=start_psn)
         self.qps[qpn] = st
@@ -399,38 +416,49 @@ class Endpoint:
 
     # -- transmit -----------------------------------------------------------------------
     def _flush_ctrl(self, now: float) -> None:
+        if not any(self.ctrl_q):
+            return
         for tc in range(8):
             while self.ctrl_q[tc] and self.paused_until[tc] <= now:
                 self._send(self.ctrl_q[tc].popleft())
 
     def _transmit(self, now: float) -> float | None:
-        """Send at most one data frame; return when the next one could go, or None if idle."""
+        """Send the frames that are due (a burst at most); return when the next one is due."""
         if self.nic_free_at > now:
             return self.nic_free_at
-        qps = [q for q in self.qps.values() if q.requester and q.requester.has_work()]
-        if not qps:
-            return None
-        soonest = None
+        qps = self._requesters
         n = len(qps)
-        for i in range(n):
-            st = qps[(self._rr + i) % n]
-            ready = max(st.next_time, self.paused_until[st.tc])
-            if ready > now:
-                soonest = ready if soonest is None else min(soonest, ready)
-                continue
-            out = st.requester.next_frame(now)
-            if out is None:
-                continue
-            frame, _seg = out
-            self._send(frame)
-            rate = st.rate_bps
-            st.next_time = max(st.next_time, now) + (len(frame) * 8 / rate if rate != float(
-                "inf") else 0.0)
-            if st.rp:
-                st.rp.on_sent(len(frame), now)
-            self._rr = (self._rr + i + 1) % n
-            return self.nic_free_at
-        return soonest
+        sent = 0
+        while sent < BURST_FRAMES and self.nic_free_at <= now:
+            soonest = None
+            progressed = False
+            for i in range(n):
+                st = qps[(self._rr + i) % n]
+                req = st.requester
+                if not req.has_work():
+                    continue
+                ready = st.next_time if st.next_time > self.paused_until[st.tc] else \
+                    self.paused_until[st.tc]
+                if ready > now:
+                    soonest = ready if soonest is None or ready < soonest else soonest
+                    continue
+                out = req.next_frame(now)
+                if out is None:
+                    continue
+                frame = out[0]
+                self._send(frame)
+                rate = st.rate_bps
+                if rate != float("inf"):
+                    st.next_time = _paced(st.next_time, now, len(frame) * 8 / rate)
+                if st.rp:
+                    st.rp.on_sent(len(frame), now)
+                self._rr = (self._rr + i + 1) % n
+                sent += 1
+                progressed = True
+                break
+            if not progressed:
+                return soonest
+        return self.nic_free_at if self.nic_free_at > now else now
 
     def _log_completions(self, st: QpState) -> None:
         req = st.requester
@@ -534,30 +562,39 @@ class Endpoint:
         self.clients[c] = buf
 
     # -- loop ---------------------------------------------------------------------------
+    def _receive(self, now: float) -> None:
+        """Take every frame waiting on the raw socket (a bounded batch)."""
+        for _ in range(256):
+            try:
+                frame, addr = self.raw.recvfrom(65536)
+            except BlockingIOError:
+                return
+            if addr[2] != PACKET_OUTGOING:
+                self._on_frame(frame, now)
+        self._rx_ready = True  # more may be waiting
+
     def run(self, until: float | None = None) -> None:
+        self._rx_ready = True
         while self._running:
             now = self.now()
             if until is not None and now >= until:
                 break
-            # receive everything waiting
-            while True:
-                try:
-                    frame, addr = self.raw.recvfrom(65536)
-                except BlockingIOError:
-                    break
-                if addr[2] == PACKET_OUTGOING:
-                    continue
-                self._on_frame(frame, now)
-            for st in self.qps.values():
-                if st.requester:
+            if self._rx_ready:
+                self._rx_ready = False
+                self._receive(now)
+            if now >= self._next_housekeeping:
+                self._next_housekeeping = now + HOUSEKEEPING_S
+                for st in self._requesters:
                     st.requester.check_timeout(now)
-                if st.rp:
-                    st.rp.advance(now)
+                    if st.rp:
+                        st.rp.advance(now)
             self._flush_ctrl(now)
             wakes = [self._transmit(now), self._service_slow(now), self._service_storm(now),
                      self._next_sample]
             self.sample()
             nxt = min(w for w in wakes if w is not None)
+            if self._requesters:
+                nxt = min(nxt, self._next_housekeeping)
             paused = [u for u in self.paused_until if u > now]
             if paused:
                 nxt = min(nxt, min(paused))
@@ -565,11 +602,13 @@ class Endpoint:
             socks = [self.raw, self.ctl, *self.clients]
             ready, _, _ = select.select(socks, [], [], timeout)
             for s in ready:
-                if s is self.ctl:
+                if s is self.raw:
+                    self._rx_ready = True
+                elif s is self.ctl:
                     with contextlib.suppress(BlockingIOError):
                         c, _ = self.ctl.accept()
                         self.clients[c] = b""
-                elif s is not self.raw:
+                else:
                     self._serve_client(s)
 
 

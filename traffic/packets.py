@@ -51,6 +51,9 @@ RETH_LEN = 16
 AETH_LEN = 4
 ICRC_LEN = 4
 PSN_MASK = 0xFFFFFF
+# opcode, flags (SE, M, pad, version), P_Key, FECN/BECN/reserved + DestQP, AckReq + PSN
+_BTH = struct.Struct("!BBHII")
+_ICRC = struct.Struct("<I")
 
 
 class RETH(Packet):
@@ -93,15 +96,26 @@ def ip_bytes(ip: str) -> bytes:
     return bytes(int(x) for x in ip.split("."))
 
 
-def icrc(ip_udp_bth_payload: bytearray | bytes) -> bytes:
-    """ICRC over IPv4|UDP|BTH|payload (no ICRC yet), with the variant fields masked to ones."""
-    b = bytearray(ip_udp_bth_payload)
+def _mask_ip_udp(ip_udp: bytes) -> bytes:
+    b = bytearray(ip_udp)
     b[1] = 0xFF  # TOS (DSCP+ECN): marking must not break the ICRC
     b[8] = 0xFF  # TTL
     b[10:12] = b"\xff\xff"  # IP checksum
     b[26:28] = b"\xff\xff"  # UDP checksum
-    b[28 + 4] = 0xFF  # BTH FECN, BECN, reserved
-    return struct.pack("<I", zlib.crc32(b"\xff" * 8 + bytes(b)) & 0xFFFFFFFF)
+    return b"\xff" * 8 + bytes(b)  # the pseudo LRH of 8 bytes of ones
+
+
+def _mask_bth(bth: bytes) -> bytes:
+    return bth[:4] + b"\xff" + bth[5:]  # BTH FECN, BECN and reserved bits
+
+
+def icrc(ip_udp_bth_payload: bytes) -> bytes:
+    """ICRC over IPv4|UDP|BTH|payload (no ICRC yet), with the variant fields masked to ones."""
+    data = bytes(ip_udp_bth_payload)
+    crc = zlib.crc32(_mask_ip_udp(data[:28]))
+    crc = zlib.crc32(_mask_bth(data[28:40]), crc)
+    crc = zlib.crc32(data[40:], crc)
+    return struct.pack("<I", crc & 0xFFFFFFFF)
 
 
 @dataclass
@@ -123,30 +137,36 @@ class RoceFrameBuilder:
         self._dst = ip_bytes(self.dst_ip)
         self._ip_cache: dict[int, bytes] = {}
 
-    def _ip_udp(self, l4_payload_len: int) -> bytes:
-        hdr = self._ip_cache.get(l4_payload_len)
-        if hdr is None:
+    def _ip_udp(self, l4_payload_len: int) -> tuple[bytes, int]:
+        """The IPv4+UDP header for a length, and the running ICRC over its masked form."""
+        cached = self._ip_cache.get(l4_payload_len)
+        if cached is None:
             total = 20 + 8 + l4_payload_len
             ip = struct.pack("!BBHHHBBH4s4s", 0x45, (self.dscp << 2) | self.ecn, total, 0,
                              0x4000, self.ttl, 17, 0, self._src, self._dst)
             ip = ip[:10] + struct.pack("!H", ipv4_checksum(ip)) + ip[12:]
             udp = struct.pack("!HHHH", self.src_port, ROCEV2_PORT, 8 + l4_payload_len, 0)
-            hdr = ip + udp
-            self._ip_cache[l4_payload_len] = hdr
-        return hdr
+            hdr = self._eth + ip + udp
+            cached = (hdr, zlib.crc32(_mask_ip_udp(ip + udp)))
+            self._ip_cache[l4_payload_len] = cached
+        return cached
 
     def frame(self, opcode: int, dqpn: int, psn: int, payload: bytes = b"", *,
               ack_req: bool = False, becn: bool = False, ext: bytes = b"",
               solicited: bool = False) -> bytes:
         """One RoCEv2 frame. ``ext`` holds the extended headers (RETH, AETH) after the BTH."""
         pad = (-len(payload)) % 4
-        bth = struct.pack(
-            "!BBHBBBB", opcode, (int(solicited) << 7) | (pad << 4), 0xFFFF,
-            int(becn) << 6, (dqpn >> 16) & 0xFF, (dqpn >> 8) & 0xFF, dqpn & 0xFF,
-        ) + struct.pack("!I", (int(ack_req) << 31) | (psn & PSN_MASK))
-        body = bth + ext + payload + b"\x00" * pad
-        ipudp = self._ip_udp(len(body) + ICRC_LEN)
-        return self._eth + ipudp + body + icrc(ipudp + body)
+        bth = _BTH.pack(opcode, (int(solicited) << 7) | (pad << 4), 0xFFFF,
+                        (int(becn) << 30) | (dqpn & 0xFFFFFF),
+                        (int(ack_req) << 31) | (psn & PSN_MASK))
+        hdr, crc = self._ip_udp(BTH_LEN + len(ext) + len(payload) + pad + ICRC_LEN)
+        crc = zlib.crc32(_mask_bth(bth), crc)
+        if ext:
+            crc = zlib.crc32(ext, crc)
+        crc = zlib.crc32(payload, crc)
+        if pad:
+            crc = zlib.crc32(b"\x00" * pad, crc)
+        return b"".join((hdr, bth, ext, payload, b"\x00" * pad, _ICRC.pack(crc & 0xFFFFFFFF)))
 
     def reth(self, va: int, rkey: int, dlen: int) -> bytes:
         return struct.pack("!QII", va, rkey, dlen)
