@@ -56,6 +56,8 @@ def up(
     results: Annotated[Path, typer.Option(help="Where results folders are written.")] = Path(
         "results"),
     log: Annotated[bool, typer.Option(help="Write a (size-capped) BMv2 log per switch.")] = False,
+    endpoints: Annotated[bool, typer.Option(
+        help="Start a RoCEv2 endpoint on every host (see traffic/endpoint.py).")] = False,
 ) -> None:
     """Bring a leaf-spine fabric up and open the Mininet CLI (or run --pingall / --exec)."""
     if os.geteuid() != 0:
@@ -92,6 +94,11 @@ def up(
         console.print(
             f"[green]fabric up[/green]: {len(topo.spines)} spines, {len(topo.leaves)} leaves, "
             f"{len(topo.hosts)} hosts in {time.monotonic() - t0:.2f} s; results in {run_dir}")
+        if endpoints:
+            fabric.start_endpoints()
+            console.print(
+                f"RoCE endpoints running; from the Mininet CLI, e.g.: h1 {sys.executable} -m "
+                f"traffic.client {fabric.endpoint_socket('h1')} stats")
         if pingall:
             ok, sent = fabric.pingall()
             loss = 100.0 * (sent - ok) / sent if sent else 0.0

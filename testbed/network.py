@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,6 +120,8 @@ class Fabric:
         self.progress = progress or (lambda _msg: None)
         self.net: Mininet | None = None
         self.sessions: dict[str, SwitchSession] = {}
+        self.endpoints: dict = {}  # host name -> traffic.client.EndpointClient
+        self._endpoint_procs: list[subprocess.Popen] = []
         self.state = RunState(cfg.name)
         self.timings = Timings()
 
@@ -214,8 +218,49 @@ class Fabric:
             raise
         return self
 
+    # -- endpoints ----------------------------------------------------------------------
+    def endpoint_socket(self, host: str) -> Path:
+        return self.runtime_dir / f"{host}.ep"
+
+    def start_endpoints(self, extra_args: list[str] | None = None) -> dict:
+        """One RoCE endpoint process per host, in the host's namespace; returns their clients."""
+        from traffic.client import EndpointClient
+
+        assert self.net is not None
+        out = self.results_dir / "endpoints"
+        out.mkdir(parents=True, exist_ok=True)
+        for h in self.topo.hosts:
+            sock = self.endpoint_socket(h.name)
+            cmd = [sys.executable, "-m", "traffic.endpoint", "--intf", intf_name(h.name, 0),
+                   "--mac", h.mac, "--ip", h.ip, "--next-hop-mac", h.gateway_mac,
+                   "--line-rate-mbps", str(h.rate_mbps), "--control", str(sock),
+                   "--out", str(out / h.name), *(extra_args or [])]
+            with open(out / f"{h.name}.log", "w") as log:
+                p = self.net.get(h.name).popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self._endpoint_procs.append(p)
+            self.state.add_process(p.pid, str(sock))
+            self.state.files.append(str(sock))
+        self.state.save()
+        for h in self.topo.hosts:
+            self.endpoints[h.name] = EndpointClient(self.endpoint_socket(h.name), timeout=15)
+        return self.endpoints
+
+    def stop_endpoints(self) -> None:
+        for c in self.endpoints.values():
+            with contextlib.suppress(Exception):
+                c.call(cmd="stop")
+            c.close()
+        self.endpoints = {}
+        for p in self._endpoint_procs:
+            try:
+                p.wait(3)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self._endpoint_procs = []
+
     # -- tear-down ----------------------------------------------------------------------
     def stop(self) -> None:
+        self.stop_endpoints()
         for s in self.sessions.values():
             s.close()
         self.sessions = {}

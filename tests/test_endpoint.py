@@ -16,9 +16,9 @@ from scapy.compat import raw
 from scapy.utils import rdpcap
 
 from tests.hostpair import IPS, MACS, bridge_counts, host_pair
+from traffic.layers import BTH
 from traffic.packets import (
     ACK,
-    BTH,
     CNP,
     SEND_ONLY,
     WRITE_ONLY,

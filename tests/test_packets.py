@@ -6,13 +6,10 @@ import pytest
 from scapy.compat import raw
 from scapy.layers.l2 import Ether
 
+from traffic.layers import AETH, BTH, RETH, CNPPadding, scapy_roce
 from traffic.packets import (
     ACK,
-    AETH,
-    BTH,
     CNP,
-    CNPPadding,
-    RETH,
     SEND_MIDDLE,
     WRITE_FIRST,
     WRITE_ONLY,
@@ -23,7 +20,6 @@ from traffic.packets import (
     pfc_frame,
     psn_add,
     psn_diff,
-    scapy_roce,
 )
 
 A = ("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.1.1", "10.0.2.1", 50000)

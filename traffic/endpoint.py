@@ -147,6 +147,9 @@ class QpState:
     next_time: float = 0.0
     cnps_received: int = 0
     cnps_sent: int = 0
+    post_until: float = 0.0  # keep the send queue topped up until then (duration flows)
+    post_kind: str = "write"
+    post_size: int = 0
     _last_bytes: int = 0
 
     @property
@@ -502,7 +505,8 @@ class Endpoint:
         for st in self.qps.values():
             d: dict = {"role": st.role, "tc": st.tc, "sport": st.sport, "peer_qpn": st.peer_qpn}
             if st.requester:
-                d.update(asdict(st.requester.stats), idle=st.requester.idle,
+                d.update(asdict(st.requester.stats),
+                         idle=st.requester.idle and st.post_until <= now,
                          rate_bps=st.rate_bps, cnps_received=st.cnps_received)
                 if st.rp:
                     d.update(target_bps=st.rp.rt, alpha=st.rp.alpha)
@@ -528,8 +532,14 @@ class Endpoint:
             st = self.qps.get(req["qpn"])
             if st is None or st.requester is None:
                 raise ValueError(f"no requester QP {req['qpn']}")
-            for _ in range(int(req.get("count", 1))):
-                st.requester.post(req.get("kind", "write"), int(req["size"]), now)
+            kind, size = req.get("kind", "write"), int(req["size"])
+            if "duration_s" in req:  # keep posting messages until the duration ends
+                st.post_until, st.post_kind, st.post_size = now + float(req["duration_s"]), \
+                    kind, size
+                st.requester.post(kind, size, now)
+            else:
+                for _ in range(int(req.get("count", 1))):
+                    st.requester.post(kind, size, now)
             return {"ok": True}
         if cmd == "stats":
             return {"ok": True, **self.snapshot()}
@@ -585,6 +595,8 @@ class Endpoint:
             if now >= self._next_housekeeping:
                 self._next_housekeeping = now + HOUSEKEEPING_S
                 for st in self._requesters:
+                    if st.post_until > now and len(st.requester.pending) < 2:
+                        st.requester.post(st.post_kind, st.post_size, now)
                     st.requester.check_timeout(now)
                     if st.rp:
                         st.rp.advance(now)

@@ -1,10 +1,10 @@
-"""RoCEv2 and PFC packets: Scapy layers for building and checking, fast byte paths for the NIC.
+"""RoCEv2 and PFC frames as bytes: the endpoint's fast build and parse paths.
 
-Scapy (``scapy.contrib.roce``: BTH, AETH, CNP; ``scapy.contrib.mac_control``: PFC) is the
-reference: tests build packets with it and parse what the endpoint sends with it. The endpoint's
-send path cannot afford a Scapy build per packet, so :class:`RoceFrameBuilder` keeps each QP's
-Ethernet/IPv4/UDP header prebuilt and only writes the BTH, the payload and the ICRC per packet;
-a test checks that its bytes equal Scapy's.
+Scapy (``scapy.contrib.roce``, ``scapy.contrib.mac_control``, and :mod:`traffic.layers`) is the
+reference: tests check that these bytes equal what Scapy builds. The endpoint cannot afford a
+Scapy build per packet (nor Scapy's import time in every host), so :class:`RoceFrameBuilder`
+keeps each QP's Ethernet/IPv4/UDP header prebuilt and writes only the BTH, the payload and the
+ICRC (computed incrementally) per packet.
 """
 
 from __future__ import annotations
@@ -12,13 +12,6 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-
-from scapy.contrib.mac_control import MACControlClassBasedFlowControl
-from scapy.contrib.roce import AETH, BTH, CNPPadding  # noqa: F401 - re-exported for users
-from scapy.fields import IntField, LongField
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-from scapy.packet import Packet, bind_layers
 
 ROCEV2_PORT = 4791
 ETH_P_IP = 0x0800
@@ -54,21 +47,6 @@ PSN_MASK = 0xFFFFFF
 # opcode, flags (SE, M, pad, version), P_Key, FECN/BECN/reserved + DestQP, AckReq + PSN
 _BTH = struct.Struct("!BBHII")
 _ICRC = struct.Struct("<I")
-
-
-class RETH(Packet):
-    """RDMA Extended Transport Header (virtual address, remote key, DMA length)."""
-
-    name = "RETH"
-    fields_desc = [LongField("va", 0), IntField("rkey", 0), IntField("dlen", 0)]
-
-
-for _op in RETH_OPCODES:
-    bind_layers(BTH, RETH, opcode=_op)
-
-
-class PFC(MACControlClassBasedFlowControl):
-    """Alias with the name users look for."""
 
 
 def psn_add(psn: int, n: int) -> int:
@@ -264,17 +242,3 @@ def parse_roce(frame: bytes) -> ParsedRoce | None:
             raise Malformed("truncated payload")
         p.payload = frame[off:stop]
     return p
-
-
-def scapy_roce(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, opcode: int,
-               dqpn: int, psn: int, payload: bytes = b"", ack_req: bool = False,
-               dscp: int = DSCP_ROCE, ecn: int = ECN_ECT0, ext: Packet | None = None) -> Packet:
-    """The same frame built the slow, reference way with Scapy's layers."""
-    pad = (-len(payload)) % 4
-    bth = BTH(opcode=opcode, dqpn=dqpn, psn=psn, ackreq=int(ack_req), padcount=pad)
-    pkt = (Ether(src=src_mac, dst=dst_mac) /
-           IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ecn, flags="DF", id=0, ttl=64) /
-           UDP(sport=sport, dport=ROCEV2_PORT, chksum=0) / bth)
-    if ext is not None:
-        pkt = pkt / ext
-    return pkt / (payload + b"\x00" * pad)

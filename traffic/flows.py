@@ -1,0 +1,137 @@
+"""Flows: what a scenario asks the endpoints to send, and the runner that hands it to them.
+
+A flow is a set of RC queue pairs from one host to another, each sending ``count`` messages of
+``message_bytes`` (or as many as fit in ``duration_s``), starting at ``start_s`` on the run's
+clock, in a traffic class, optionally under a rate cap. QP numbers are assigned here so that a
+result can be traced to its flow: requester ``0x1000 + 64 * flow + i``, responder ``0x8000 +
+64 * flow + i``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_QPS_PER_FLOW = 64
+
+
+class FlowSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    src: str = Field(description="Sending host, e.g. h1.")
+    dst: str = Field(description="Receiving host.")
+    qps: int = Field(1, ge=1, le=MAX_QPS_PER_FLOW, description="Queue pairs in this flow.")
+    message_bytes: int = Field(65536, ge=1, le=1 << 30, description="Size of each message.")
+    count: int | None = Field(None, ge=1, description="Messages per QP.")
+    duration_s: float | None = Field(None, gt=0, description="Send for this long instead.")
+    start_s: float = Field(0.0, ge=0, description="Start, in seconds from the run's start.")
+    tc: int = Field(3, ge=0, le=7, description="Traffic class (3: lossless RoCE).")
+    rate_cap_mbps: float | None = Field(None, gt=0, description="Per-QP rate cap.")
+    kind: Literal["write", "send"] = "write"
+    udp_sport: int | None = Field(
+        None, ge=49152, le=65535,
+        description="Fix every QP's UDP source port (default: rxe's hash of the QP numbers); "
+                    "one port for all QPs reproduces ECMP polarization.")
+
+    @model_validator(mode="after")
+    def _count_or_duration(self) -> FlowSpec:
+        if (self.count is None) == (self.duration_s is None):
+            raise ValueError("give exactly one of count (messages per QP) or duration_s")
+        if self.src == self.dst:
+            raise ValueError("src and dst are the same host")
+        return self
+
+
+@dataclass(frozen=True)
+class QpAssignment:
+    flow: str
+    index: int
+    requester_qpn: int
+    responder_qpn: int
+
+
+def assign_qps(flows: list[FlowSpec]) -> dict[str, list[QpAssignment]]:
+    out = {}
+    for n, f in enumerate(flows):
+        out[f.name] = [QpAssignment(f.name, i, 0x1000 + 64 * n + i, 0x8000 + 64 * n + i)
+                       for i in range(f.qps)]
+    return out
+
+
+class FlowRunner:
+    """Starts each flow at its time, in a background thread, through the endpoints' clients.
+
+    ``clients`` maps a host name to an object with ``call(**request)`` (an EndpointClient);
+    ``ips`` maps a host name to its IPv4 address.
+    """
+
+    def __init__(self, flows: list[FlowSpec], clients: dict, ips: dict[str, str],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        unknown = sorted({h for f in flows for h in (f.src, f.dst)} - set(clients))
+        if unknown:
+            raise ValueError(f"flows name hosts without an endpoint: {', '.join(unknown)}")
+        self.flows = sorted(flows, key=lambda f: f.start_s)
+        self.clients, self.ips, self.clock = clients, ips, clock
+        self.assignments = assign_qps(flows)
+        self.started: dict[str, float] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start_flow(self, f: FlowSpec) -> None:
+        src, dst = self.clients[f.src], self.clients[f.dst]
+        for a in self.assignments[f.name]:
+            dst.call(cmd="qp", qpn=a.responder_qpn, role="responder", peer_ip=self.ips[f.src],
+                     peer_qpn=a.requester_qpn, tc=f.tc)
+            req = dict(cmd="qp", qpn=a.requester_qpn, role="requester", peer_ip=self.ips[f.dst],
+                       peer_qpn=a.responder_qpn, tc=f.tc)
+            if f.udp_sport:
+                req["sport"] = f.udp_sport
+            if f.rate_cap_mbps:
+                req["rate_cap_mbps"] = f.rate_cap_mbps
+            src.call(**req)
+            post = dict(cmd="post", qpn=a.requester_qpn, kind=f.kind, size=f.message_bytes)
+            if f.count is not None:
+                post["count"] = f.count
+            else:
+                post["duration_s"] = f.duration_s
+            src.call(**post)
+
+    def run(self, t0: float) -> None:
+        for f in self.flows:
+            delay = t0 + f.start_s - self.clock()
+            if delay > 0 and self._stop.wait(delay):
+                return
+            try:
+                self.start_flow(f)
+                self.started[f.name] = self.clock() - t0
+            except Exception as exc:  # an endpoint refused: recorded, the others still start
+                self.errors.append(f"flow {f.name}: {exc}")
+
+    def start(self, t0: float | None = None) -> None:
+        t0 = self.clock() if t0 is None else t0
+        self._thread = threading.Thread(target=self.run, args=(t0,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def done(self) -> bool:
+        """True once every flow has started and every requester QP has nothing left to send."""
+        if len(self.started) < len(self.flows):
+            return False
+        for f in self.flows:
+            st = self.clients[f.src].call(cmd="stats")
+            for a in self.assignments[f.name]:
+                q = st["qps"].get(str(a.requester_qpn))
+                if q is None or not q.get("idle", False):
+                    return False
+        return True
