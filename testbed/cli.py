@@ -18,7 +18,7 @@ from testbed.config import ConfigError, FabricConfig, load_config, parse_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="roce-testbed: an emulated lossless-Ethernet (RoCEv2) lab.")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -177,6 +177,74 @@ def doctor() -> None:
         table.add_row(c.name, status, c.detail, c.fix)
     Console().print(table)
     raise typer.Exit(1 if missing else 0)
+
+
+@app.command()
+def provision(
+    check: Annotated[bool, typer.Option(help="Dry run: report what would change.")] = False,
+    tags: Annotated[str | None, typer.Option(help="Only these roles/tags (comma list).")] = None,
+    skip_tags: Annotated[str | None, typer.Option(
+        help="Skip these tags, e.g. p4repo where the p4lang repository is unreachable.")] = None,
+    expect_no_changes: Annotated[bool, typer.Option(
+        help="Fail if any task changed something (an idempotence check).")] = False,
+    playbook: Annotated[Path | None, typer.Option(
+        help="Another playbook to run instead of playbooks/site.yml.")] = None,
+) -> None:
+    """Provision this machine with playbooks/site.yml (through ansible-runner)."""
+    from testbed.provision import PLAYBOOK, run_playbook
+
+    book = (playbook or PLAYBOOK).resolve()
+    if not book.is_file():
+        _fail(f"--playbook: no such file {book}")
+    if os.geteuid() != 0:
+        _fail("provisioning installs packages: run it with sudo")
+    colors = {"ok": "green", "changed": "yellow", "failed": "red", "skipped": "dim",
+              "unreachable": "red", "ignored": "dim"}
+
+    def show(task: str, outcome: str) -> None:
+        console.print(f"[{colors[outcome]}]{outcome:>8}[/{colors[outcome]}]  {task}")
+
+    try:
+        res = run_playbook(book, check=check, tags=tags, skip_tags=skip_tags, on_task=show)
+    except RuntimeError as exc:
+        _fail(str(exc), 1)
+    console.print(f"[bold]summary[/bold]: {res.summary()}")
+    if not res.success:
+        raise typer.Exit(1)
+    if expect_no_changes and res.changed:
+        console.print("[red]not idempotent[/red]: changed tasks: "
+                      + ", ".join(res.changed_tasks))
+        raise typer.Exit(1)
+
+
+image_app = typer.Typer(help="Build or run the Docker image (for machines without a hypervisor).")
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+def image_build(tag: str = "roce-testbed:latest") -> None:
+    """Build the image from the Dockerfile (the same playbook as the Vagrant lab)."""
+    from testbed.image import RUN_HINT, ImageError, build
+
+    try:
+        build(tag, log=lambda s: console.print(s, markup=False, highlight=False))
+    except ImageError as exc:
+        _fail(str(exc), 1)
+    console.print(f"built {tag}; run it with:\n  {RUN_HINT.format(tag=tag)}")
+
+
+@image_app.command("run")
+def image_run(command: Annotated[list[str] | None, typer.Argument()] = None,
+              tag: str = "roce-testbed:latest") -> None:
+    """Run a command in a privileged container, e.g. `testbed image run -- testbed up --pingall`."""
+    from testbed.image import ImageError, run
+
+    try:
+        code = run(command or ["testbed", "up", "--pingall"], tag,
+                   log=lambda s: console.print(s, markup=False, highlight=False))
+    except ImageError as exc:
+        _fail(str(exc), 1)
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -68,3 +68,13 @@ def test_a_switch_that_fails_is_named_with_log_and_command(tmp_path: Path) -> No
     msg = str(info.value)
     assert "switch leaf9" in msg and "command: " in msg and "no-such-intf0" in msg
     assert "last lines of" in msg
+
+
+def test_image_build_without_docker_engine_is_a_clear_error() -> None:
+    import os
+
+    r = subprocess.run([*CLI, "image", "build"], capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).parent.parent,
+                       env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert r.returncode == 1
+    assert "no Docker engine answers" in r.stderr and "Traceback" not in r.stderr

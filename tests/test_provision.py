@@ -1,0 +1,78 @@
+"""Provisioning through ansible-runner: summary, failures by name, and the lab files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "testbed.cli"]
+
+
+def need_ansible() -> None:
+    if shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("needs ansible-core (pip install -e '.[test]')")
+
+
+@pytest.mark.root
+def test_provision_check_prints_a_summary() -> None:
+    need_ansible()
+    r = subprocess.run([*CLI, "provision", "--check", "--skip-tags", "p4repo"],
+                       capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "summary: ok=" in r.stderr and "failed=0" in r.stderr
+    for task in ("Install base packages", "Install Mininet from the distribution",
+                 "Create the virtual environment"):
+        assert task in r.stderr
+
+
+@pytest.mark.root
+def test_a_failing_task_is_reported_by_name(tmp_path: Path) -> None:
+    need_ansible()
+    book = tmp_path / "fail.yml"
+    book.write_text(
+        "- name: A play that fails\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Fine step\n      ansible.builtin.debug: {msg: hello}\n"
+        "    - name: Install the impossible package\n"
+        "      ansible.builtin.fail: {msg: 'no package named roce-nonexistent'}\n")
+    r = subprocess.run([*CLI, "provision", "--playbook", str(book)], capture_output=True,
+                       text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 1
+    assert "FAILED: Install the impossible package: no package named roce-nonexistent" in \
+        r.stderr, r.stderr
+    assert "failed=1" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_playbook_passes_syntax_check_and_lint() -> None:
+    need_ansible()
+    bindir = Path(sys.executable).parent
+    r = subprocess.run([str(bindir / "ansible-playbook"), "--syntax-check", "-i",
+                        "playbooks/inventory.ini", "playbooks/site.yml"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lint = bindir / "ansible-lint"
+    if not lint.exists():
+        pytest.skip("needs ansible-lint (pip install -e '.[test]')")
+    r = subprocess.run([str(lint), "site.yml"], capture_output=True, text=True,
+                       cwd=REPO / "playbooks")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_vagrantfile_validates() -> None:
+    if shutil.which("vagrant") is None:
+        pytest.skip("needs vagrant (apt install vagrant)")
+    r = subprocess.run(["vagrant", "validate", "--ignore-provider"], capture_output=True,
+                       text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_roles_follow_ansible_layout() -> None:
+    roles = REPO / "playbooks" / "roles"
+    for role in ("base", "mininet", "p4", "kernel_modules", "testbed"):
+        for part in ("tasks", "defaults", "handlers", "meta"):
+            assert (roles / role / part / "main.yml").is_file(), f"{role}/{part}"
