@@ -1,0 +1,189 @@
+"""The switch egress port in the kernel: link rate, eight strict-priority classes, a buffer per
+class, and a gate per class that PFC closes and opens.
+
+BMv2 cannot pause a queue (see the design notes), so the port is built on the switch's veth:
+
+    root htb 1:  -- class 1:1 at the link rate
+                     |-- class 1:1<c> (c = 0..7), prio 7-c, borrowing up to the link rate
+                     |       `-- tbf <10+c>:  the gate: open = 1 Gbit/s, closed = 1 kbit/s;
+                     |                        its byte limit is the class buffer
+                     `-- class 1:20, prio 0: MAC control (PFC) frames, never paused
+    u32 filters: EtherType 0x8808 -> 1:20; IPv4 DSCP d -> the class of d (DSCP_TO_TC_MAP);
+    anything else -> the default class.
+
+Closing a gate is a `tbf change` to a rate of 1 kbit/s with a burst of the largest frame (tbf
+drops at enqueue any frame larger than its burst, so the burst must stay that large); it leaks
+the frame already eligible, like a frame already on the wire. Opening resets the tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+NUM_TCS = 8
+CONTROL_CLASSID = 0x20
+OPEN_RATE_BPS = 1_000_000_000  # 1 Gbit/s: far above any emulated link, never the bottleneck
+CLOSED_RATE_BPS = 1_000  # 1 kbit/s (8 bit/s overflows tbf's burst field with jumbo frames)
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """One egress port's scheduler."""
+
+    ifname: str
+    rate_mbps: float
+    buffers: tuple[int, ...]  # bytes per class, 8 entries
+    dscp_to_tc: tuple[tuple[int, int], ...]
+    default_tc: int = 0
+    max_frame: int = 9014  # MTU + Ethernet header: the largest frame the gate must admit
+
+    @property
+    def rate_bps(self) -> int:
+        return int(self.rate_mbps * 1_000_000)
+
+
+def class_handle(tc: int) -> str:
+    return f"1:{0x10 + tc:x}"
+
+
+def gate_handle(tc: int) -> int:
+    """The tbf gate's qdisc handle (major number), as an int for netlink."""
+    return (0x10 + tc) << 16
+
+
+def scheduler_commands(spec: PortSpec) -> list[str]:
+    """`tc -batch` lines that install the port (replacing whatever root qdisc was there)."""
+    dev = spec.ifname
+    rate = spec.rate_bps
+    guaranteed = max(rate // 100, 8000)  # each class's own share; the rest is borrowed by prio
+    burst = max(spec.max_frame, 1600)
+    default_flow = class_handle(spec.default_tc)
+    lines = [
+        f"qdisc replace dev {dev} root handle 1: htb default {0x10 + spec.default_tc:x}",
+        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
+        f"burst {burst} cburst {burst} quantum {burst}",
+        f"class add dev {dev} parent 1:1 classid 1:{CONTROL_CLASSID:x} htb rate {guaranteed}bit "
+        f"ceil {rate}bit prio 0 burst {burst} cburst {burst} quantum {burst}",
+        f"qdisc add dev {dev} parent 1:{CONTROL_CLASSID:x} handle {CONTROL_CLASSID:x}: pfifo "
+        "limit 1000",
+    ]
+    for tc in range(NUM_TCS):
+        lines += [
+            f"class add dev {dev} parent 1:1 classid {class_handle(tc)} htb rate {guaranteed}bit "
+            f"ceil {rate}bit prio {NUM_TCS - 1 - tc} burst {burst} cburst {burst} "
+            f"quantum {burst}",
+            f"qdisc add dev {dev} parent {class_handle(tc)} handle {0x10 + tc:x}: tbf "
+            f"rate {OPEN_RATE_BPS}bit burst {burst} limit {spec.buffers[tc]}",
+        ]
+    lines.append(f"filter add dev {dev} parent 1: protocol 0x8808 prio 1 u32 match u32 0 0 "
+                 f"flowid 1:{CONTROL_CLASSID:x}")
+    for dscp, tc in spec.dscp_to_tc:
+        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 2 u32 match ip dsfield "
+                     f"{dscp << 2:#04x} 0xfc flowid {class_handle(tc)}")
+    lines.append(f"filter add dev {dev} parent 1: protocol all prio 3 u32 match u32 0 0 "
+                 f"flowid {default_flow}")
+    return lines
+
+
+@dataclass
+class ClassStats:
+    backlog_bytes: int
+    backlog_packets: int
+    drops: int
+    sent_bytes: int
+    sent_packets: int
+
+
+class TcBatch:
+    """One long-lived `tc -force -batch -` process: a gate change is a line written to its stdin.
+
+    pyroute2's tbf request is refused by the kernel at 1 kbit/s with a jumbo burst (every frame
+    is dropped at enqueue, while the same change through `tc` holds them), and forking `tc` per
+    change costs milliseconds of CPU; a kept process costs neither.
+    """
+
+    def __init__(self, netns: str | None = None) -> None:
+        import subprocess
+
+        cmd = ["tc", "-force", "-batch", "-"]
+        if netns:
+            cmd = ["ip", "netns", "exec", netns, *cmd]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    def run(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        with contextlib.suppress(Exception):
+            self.proc.wait(2)
+
+
+def gate_command(spec: PortSpec, tc: int, closed: bool) -> str:
+    rate = CLOSED_RATE_BPS if closed else OPEN_RATE_BPS
+    return (f"qdisc change dev {spec.ifname} parent {class_handle(tc)} handle {0x10 + tc:x}: "
+            f"tbf rate {rate}bit burst {max(spec.max_frame, 1600)} limit {spec.buffers[tc]}")
+
+
+class PortGates:
+    """Opens and closes one port's class gates, and reads their statistics over netlink.
+
+    Must be created inside the namespace that holds the interface (the switch agent runs there),
+    or be given ``netns`` (a named namespace) for both the netlink socket and the tc process.
+    """
+
+    def __init__(self, spec: PortSpec, ipr=None, batch: TcBatch | None = None,
+                 netns: str | None = None) -> None:
+        from pyroute2 import IPRoute
+
+        self.spec = spec
+        self.ipr = ipr or (IPRoute(netns=netns) if netns else IPRoute())
+        self.batch = batch or TcBatch(netns)
+        links = self.ipr.link_lookup(ifname=spec.ifname)
+        if not links:
+            raise LookupError(f"no interface {spec.ifname} in this namespace")
+        self.ifindex = links[0]
+        self.closed = [False] * NUM_TCS
+
+    def _set(self, tc: int, closed: bool) -> None:
+        self.batch.run(gate_command(self.spec, tc, closed))
+
+    def gate_rate(self, tc: int) -> int:
+        """The gate's current rate in bit/s, read back from the kernel."""
+        for q in self.ipr.get_qdiscs(index=self.ifindex):
+            if q["handle"] == gate_handle(tc):
+                return q.get_attr("TCA_OPTIONS").get_attr("TCA_TBF_PARMS")["rate"] * 8
+        raise LookupError(f"no gate for class {tc} on {self.spec.ifname}")
+
+    def close(self, tc: int) -> None:
+        self._set(tc, True)
+        self.closed[tc] = True
+
+    def open(self, tc: int) -> None:
+        self._set(tc, False)
+        self.closed[tc] = False
+
+    def stats(self) -> dict[int, ClassStats]:
+        out: dict[int, ClassStats] = {}
+        for q in self.ipr.get_qdiscs(index=self.ifindex):
+            major = q["handle"] >> 16
+            tc = major - 0x10
+            if not 0 <= tc < NUM_TCS or q.get_attr("TCA_KIND") != "tbf":
+                continue
+            st2 = q.get_attr("TCA_STATS2")
+            basic = st2.get_attr("TCA_STATS_BASIC")
+            queue = st2.get_attr("TCA_STATS_QUEUE")
+            out[tc] = ClassStats(queue["backlog"], queue["qlen"], queue["drops"],
+                                 basic["bytes"], basic["packets"])
+        return out
+
+    def shutdown(self) -> None:
+        self.batch.close()
+        with contextlib.suppress(Exception):
+            self.ipr.close()
