@@ -1,4 +1,4 @@
-/* Egress: count what leaves, per port and class. */
+/* Egress: count what leaves, per port and class; build the PFC frames ingress asked for. */
 #ifndef _ROCE_EGRESS_P4_
 #define _ROCE_EGRESS_P4_
 
@@ -11,7 +11,13 @@ control RoceEgress(inout headers_t hdr,
     /* Per egress port. */
     counter(NUM_PORTS, CounterType.packets_and_bytes) tx_port;
 
+    RocePfcEgress() pfc_egress;
+
     apply {
+        if (std_meta.instance_type != 0) {
+            pfc_egress.apply(hdr, meta, std_meta);  /* a PFC frame in the making */
+            return;
+        }
         bit<32> out_port = (bit<32>) std_meta.egress_port;
         tx_port.count(out_port);
         tx_port_tc.count(out_port * NUM_TCS + (bit<32>) std_meta.priority);

@@ -12,6 +12,13 @@ const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;   /* IEEE 802.3 MAC control: PAUSE
 const bit<16> MAC_CONTROL_PFC       = 0x0101;   /* IEEE 802.1Qbb priority-based flow control */
 const bit<8>  IP_PROTO_UDP          = 17;
 const bit<16> UDP_PORT_ROCEV2       = 4791;
+const bit<16> ETHERTYPE_TICK        = 0x88B6;   /* IEEE local experimental: the agent's tick */
+const bit<48> PFC_DST_MAC           = 0x0180C2000001;
+const bit<16> PFC_MCAST_GROUP       = 1;        /* every port but the agent's */
+const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
+const bit<32> PKT_INSTANCE_TYPE_REPLICATION   = 5;
+#define FL_PFC 1
+const bit<9>  AGENT_PORT            = 500;      /* the switch agent's own port */
 
 /* Counter arrays are indexed by port * NUM_TCS + class. */
 const bit<32> NUM_TCS   = 8;
@@ -36,6 +43,13 @@ header pfc_h {
     bit<16> time5;
     bit<16> time6;
     bit<16> time7;
+}
+
+/* The switch agent's tick for one (egress port, class): the kernel's backlog of that queue. */
+header tick_h {
+    bit<16> port;
+    bit<8>  tc;
+    bit<32> backlog;
 }
 
 header ipv4_h {
@@ -81,6 +95,7 @@ header bth_h {
 struct headers_t {
     ethernet_h ethernet;
     pfc_h      pfc;
+    tick_h     tick;
     ipv4_h     ipv4;
     udp_h      udp;
     bth_h      bth;
@@ -109,6 +124,27 @@ struct metadata_t {
     bit<16>     hash_dst_port;
     bit<16>     l4_src_port;
     bit<16>     l4_dst_port;
+    /* Lossless: the queue a packet is for, its phantom occupancy, and the queue's profile. */
+    bit<48>     now;
+    bit<32>     q_port;
+    tc_t        q_tc;
+    bit<32>     q;
+    bit<32>     port_rate_q20;
+    bit<32>     quantum_us_q10;
+    bit<1>      qp_valid;
+    bit<1>      ecn_enable;
+    bit<32>     kmin;
+    bit<32>     kmax;
+    bit<32>     pmax_slope;
+    bit<1>      pfc_enable;
+    bit<32>     xoff;
+    bit<32>     xon;
+    bit<16>     pause_quanta;
+    bit<48>     refresh_us;
+    /* What a PFC frame made from this packet says: class, quanta (0 = XON), target ports. */
+    @field_list(FL_PFC) tc_t    pfc_tc;
+    @field_list(FL_PFC) bit<16> pfc_quanta;
+    bit<64>     pfc_ports;
 }
 
 #endif

@@ -1,4 +1,4 @@
-/* Ingress: consume MAC control, classify, route with ECMP, count. */
+/* Ingress: consume MAC control, classify, route with ECMP, run the lossless logic, count. */
 #ifndef _ROCE_INGRESS_P4_
 #define _ROCE_INGRESS_P4_
 
@@ -17,6 +17,8 @@ control RoceIngress(inout headers_t hdr,
     counter(PORT_TC_CELLS, CounterType.packets) pfc_rx;
 
     action_selector(HashAlgorithm.crc16, 32w1024, 32w14) ecmp_selector;
+
+    RoceLossless() lossless;
 
     action drop_with(bit<32> reason) {
         meta.drop = 1;
@@ -98,7 +100,15 @@ control RoceIngress(inout headers_t hdr,
                 if (hdr.pfc.class_enable[6:6] == 1) { pfc_rx.count(base + 6); }
                 if (hdr.pfc.class_enable[7:7] == 1) { pfc_rx.count(base + 7); }
             }
+            lossless.apply(hdr, meta, std_meta);
             drop_with(DROP_PFC_CONSUMED);
+        } else if (hdr.tick.isValid()) {
+            /* Only the switch's own agent may tick; from anywhere else it is dropped. */
+            if (std_meta.ingress_port == AGENT_PORT) {
+                lossless.apply(hdr, meta, std_meta);
+            } else {
+                drop_with(DROP_NOT_IPV4);
+            }
         } else if (!hdr.ipv4.isValid()) {
             drop_with(DROP_NOT_IPV4);
         } else if (std_meta.checksum_error == 1) {
@@ -118,6 +128,8 @@ control RoceIngress(inout headers_t hdr,
                 hash_config.apply();
                 if (!ipv4_route.apply().hit) {
                     drop_with(DROP_NO_ROUTE);
+                } else {
+                    lossless.apply(hdr, meta, std_meta);
                 }
             }
         }

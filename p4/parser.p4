@@ -11,12 +11,18 @@ parser RoceParser(packet_in pkt,
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4:        parse_ipv4;
             ETHERTYPE_MAC_CONTROL: parse_mac_control;
+            ETHERTYPE_TICK:        parse_tick;
             default:               accept;
         }
     }
 
     state parse_mac_control {
         pkt.extract(hdr.pfc);
+        transition accept;
+    }
+
+    state parse_tick {
+        pkt.extract(hdr.tick);
         transition accept;
     }
 
@@ -69,6 +75,7 @@ control RoceDeparser(packet_out pkt, in headers_t hdr) {
     apply {
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.pfc);
+        pkt.emit(hdr.tick);
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.udp);
         pkt.emit(hdr.bth);

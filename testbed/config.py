@@ -166,8 +166,52 @@ class SwitchConfig(_Strict):
     )
 
 
+class EcnProfile(_Strict):
+    """WRED_PROFILE for one class: RED marking on the queue length, in bytes."""
+
+    kmin_bytes: int = Field(
+        8400, ge=0, description="green_min_threshold. Real: 5 KB at 40G [Z15], 400 KB at "
+        "100G [HPCC]; here two RoCE frames.")
+    kmax_bytes: int = Field(
+        42000, gt=0, description="green_max_threshold. Real: 200 KB at 40G [Z15]; here ten frames.")
+    pmax: float = Field(
+        0.2, gt=0, le=1, description="green_drop_probability at kmax (marking). Real: 1% [Z15], "
+        "0.2 [HPCC].")
+
+    @model_validator(mode="after")
+    def _order(self) -> EcnProfile:
+        if self.kmax_bytes <= self.kmin_bytes:
+            raise ValueError("kmax_bytes must be above kmin_bytes")
+        return self
+
+
+class PfcConfig(_Strict):
+    """PFC thresholds. Left empty, XOFF, XON and headroom are derived from the link rate."""
+
+    xoff_bytes: int | None = Field(
+        None, gt=0, description="Queue length that sends XOFF upstream. Default: kmax + two "
+        "frames, so ECN acts before PFC does (as DCQCN deployments tune it).")
+    xon_bytes: int | None = Field(
+        None, ge=0, description="Queue length under which XON is sent. Default: xoff - two "
+        "frames (SONiC's xon_offset).")
+    headroom_bytes: int | None = Field(
+        None, gt=0, description="Room above XOFF for what is in flight after XOFF. Default: "
+        "2 x rate x link delay + 2 frames + rate x reaction time (SONiC's headroom formula).")
+    pause_quanta: int = Field(
+        65535, ge=1, le=65535, description="Quanta in each XOFF (512 bit times each): 3.36 ms at "
+        "10G, 3.36 s at 10 Mbit/s.")
+    refresh_fraction: float = Field(
+        0.5, gt=0, lt=1, description="Refresh XOFF after this fraction of its pause time.")
+    link_delay_us: float = Field(
+        0.0, ge=0, description="One-way wire delay of a link (0: no netem on this kernel).")
+    reaction_ms: float = Field(
+        10.0, gt=0, description="Time from XOFF sent to the upstream gate closed: BMv2 "
+        "forwarding, the tick period and the agent's gate change, measured at a few ms here. "
+        "Real NICs and switches react in about a microsecond.")
+
+
 class QosConfig(_Strict):
-    """Classification, in SONiC's names."""
+    """Classification, buffers, ECN and PFC, in SONiC's names."""
 
     dscp_to_tc_map: dict[int, int] = Field(
         default_factory=lambda: {26: 3, 48: 6},
@@ -177,6 +221,16 @@ class QosConfig(_Strict):
         ),
     )
     default_tc: int = Field(0, ge=0, le=7, description="Class of any DSCP not in the map.")
+    pfc_enable: list[int] = Field(
+        default_factory=lambda: [3], description="Lossless classes (SONiC PORT_QOS_MAP "
+        "pfc_enable). Empty: a lossy fabric.")
+    buffer_bytes: int = Field(
+        200_000, ge=10_000, description="Buffer of each lossy class per port (the kernel "
+        "queue's byte limit). Real: MBs shared by all ports of an ASIC.")
+    ecn: dict[int, EcnProfile] = Field(
+        default_factory=lambda: {3: EcnProfile()},
+        description="WRED/ECN profile per class; classes not listed are never marked.")
+    pfc: PfcConfig = Field(default_factory=PfcConfig)
 
     @field_validator("dscp_to_tc_map")
     @classmethod
@@ -187,6 +241,34 @@ class QosConfig(_Strict):
                 f"entries {', '.join(bad)} are out of range: DSCP is 0..63, class is 0..7"
             )
         return v
+
+    @field_validator("pfc_enable")
+    @classmethod
+    def _classes(cls, v: list[int]) -> list[int]:
+        bad = [c for c in v if not 0 <= c <= 7]
+        if bad:
+            raise ValueError(f"classes {bad} are out of range 0..7")
+        if 6 in v:
+            raise ValueError("class 6 carries CNPs and must never be paused; leave it out")
+        return sorted(set(v))
+
+    @field_validator("ecn")
+    @classmethod
+    def _ecn_classes(cls, v: dict[int, EcnProfile]) -> dict[int, EcnProfile]:
+        bad = [c for c in v if not 0 <= c <= 7]
+        if bad:
+            raise ValueError(f"classes {bad} are out of range 0..7")
+        return v
+
+
+class AgentConfig(_Strict):
+    """The switch agent: the switch's OS in software."""
+
+    tick_period_ms: float = Field(
+        5.0, gt=0, le=1000, description="How often the agent resyncs each lossless queue's "
+        "phantom from the kernel and lets the data plane send XON or refresh XOFF.")
+    sample_period_ms: float = Field(
+        100.0, ge=10, le=10_000, description="Telemetry sampling period.")
 
 
 class FabricConfig(_Strict):
@@ -201,6 +283,7 @@ class FabricConfig(_Strict):
     ecmp: EcmpConfig = Field(default_factory=EcmpConfig)
     switch: SwitchConfig = Field(default_factory=SwitchConfig)
     qos: QosConfig = Field(default_factory=QosConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
 
 
 def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -246,9 +329,15 @@ def parse_config(data: Any, source: str = "config") -> FabricConfig:
             source,
         )
     try:
-        return FabricConfig.model_validate(data)
+        cfg = FabricConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_explain(FabricConfig, err), source) from None
+    from testbed.qos import check_qos  # needs the validated config
+
+    problems = check_qos(cfg)
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
 
 
 def load_config(path: str | Path) -> FabricConfig:

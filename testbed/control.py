@@ -22,7 +22,11 @@ from p4runtime_sh.context import Context, P4Type
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from testbed.config import HASH_FIELDS, FabricConfig
+from testbed.qos import quantum_us, queue_profiles
 from testbed.topology import Route, Switch, Topology, compute_routes
+
+AGENT_PORT = 500  # the switch agent's own port (p4/headers.p4)
+PFC_MCAST_GROUP = 1
 
 P4_DIR = Path(__file__).resolve().parent.parent / "p4"
 P4INFO_PATH = P4_DIR / "compiled" / "roce_switch.p4info.txtpb"
@@ -134,6 +138,36 @@ class EntryBuilder:
     def counter_id(self, name: str) -> int:
         return self._id(P4Type.counter, name)
 
+    def entry(self, table: str, keys: dict[str, int], action: p4runtime_pb2.Action):
+        """An exact-match entry with several key fields."""
+        ent = p4runtime_pb2.Entity()
+        te = ent.table_entry
+        te.table_id = self._id(P4Type.table, table)
+        for field, value in keys.items():
+            mf = self.ctx.get_mf(table, field)
+            if mf is None:
+                raise KeyError(f"table {table} has no key {field!r}")
+            te.match.add(field_id=mf.id).exact.value = encode(value, mf.bitwidth)
+        te.action.action.CopyFrom(action)
+        return ent
+
+    @staticmethod
+    def multicast_group(group_id: int, ports: Sequence[int]) -> p4runtime_pb2.Entity:
+        ent = p4runtime_pb2.Entity()
+        g = ent.packet_replication_engine_entry.multicast_group_entry
+        g.multicast_group_id = group_id
+        for p in ports:
+            g.replicas.add(egress_port=p, instance=1)
+        return ent
+
+    @staticmethod
+    def clone_session(session_id: int, port: int) -> p4runtime_pb2.Entity:
+        ent = p4runtime_pb2.Entity()
+        c = ent.packet_replication_engine_entry.clone_session_entry
+        c.session_id = session_id
+        c.replicas.add(egress_port=port, instance=1)
+        return ent
+
 
 def hash_masks(fields: Iterable[str]) -> dict[str, int]:
     """The set_hash_config masks that keep exactly ``fields`` in the ECMP hash."""
@@ -195,10 +229,43 @@ def build_switch_program(
             route_entries.append(b.lpm_entry(table, "hdr.ipv4.dst_addr", r.prefix,
                                              group_id=groups[gkey]))
     insert.extend(route_entries)
+    insert.extend(lossless_entries(b, sw, cfg))
     masks = hash_masks(hash_fields if hash_fields is not None else cfg.ecmp.hash_fields)
     modify = [b.default_entry(f"{INGRESS}.hash_config",
                               b.action(f"{INGRESS}.set_hash_config", seed=sw.ecmp_seed, **masks))]
     return SwitchProgram(modify=modify, insert=insert)
+
+
+def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
+    """Port rates, PFC quanta, port MACs, queue profiles, the PFC multicast group and one clone
+    session per port (session id = port, so ingress can clone toward the port a packet came in)."""
+    ents: list[p4runtime_pb2.Entity] = []
+    lossless = f"{INGRESS}.lossless"
+    for port in sw.ports.values():
+        rate_bps = port.rate_mbps * 1e6
+        ents.append(b.entry(f"{lossless}.egress_port_rate", {"meta.q_port": port.number},
+                            b.action(f"{lossless}.set_port_rate",
+                                     rate_q20=int(rate_bps / 8 * 2**20 / 1e6))))
+        ents.append(b.entry(f"{lossless}.ingress_port_quantum",
+                            {"standard_metadata.ingress_port": port.number},
+                            b.action(f"{lossless}.set_quantum",
+                                     quantum_us_q10=int(quantum_us(port.rate_mbps) * 1024))))
+        ents.append(b.entry(f"{EGRESS}.pfc_egress.port_mac",
+                            {"standard_metadata.egress_port": port.number},
+                            b.action(f"{EGRESS}.pfc_egress.set_port_mac",
+                                     mac=mac_to_int(port.mac))))
+        for tc, prof in queue_profiles(cfg.qos, port.rate_mbps).items():
+            if not (prof.ecn or prof.pfc):
+                continue
+            ents.append(b.entry(
+                f"{lossless}.queue_profile", {"meta.q_port": port.number, "meta.q_tc": tc},
+                b.action(f"{lossless}.set_queue_profile", ecn_enable=int(prof.ecn),
+                         kmin=prof.kmin, kmax=prof.kmax, pmax_slope=prof.pmax_slope,
+                         pfc_enable=int(prof.pfc), xoff=prof.xoff, xon=prof.xon,
+                         pause_quanta=prof.pause_quanta, refresh_us=prof.refresh_us)))
+        ents.append(b.clone_session(port.number, port.number))
+    ents.append(b.multicast_group(PFC_MCAST_GROUP, list(sw.ports)))
+    return ents
 
 
 class SwitchSession:

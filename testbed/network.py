@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import json
 import subprocess
 import sys
 import time
@@ -23,9 +24,12 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Switch
 
+from testbed.agent import AgentPort, agent_config
 from testbed.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
 from testbed.config import FabricConfig
-from testbed.control import ControlPlaneError, SwitchSession, program_fabric
+from testbed.control import AGENT_PORT, ControlPlaneError, SwitchSession, program_fabric
+from testbed.ports import PortSpec, scheduler_commands
+from testbed.qos import queue_profiles
 from testbed.state import RunState, runtime_dir_for
 from testbed.topology import Topology, intf_name
 
@@ -53,15 +57,23 @@ class Bmv2Switch(Switch):
         # Before any link exists, so no interface ever gets an IPv6 link-local address.
         self.cmd(NO_IPV6)
 
-    def prepare(self, mtu: int) -> None:
-        cmds = [f"sysctl -qw net.core.wmem_default={SWITCH_WMEM_BYTES}"]
-        for intf in self.intfNames():
+    def prepare(self, mtu: int, schedulers: list[PortSpec], batch_file: Path) -> None:
+        """MTU and offloads on every port, the agent's tick port, and each port's scheduler."""
+        tick, agt = tick_intfs(self.name)
+        cmds = [f"sysctl -qw net.core.wmem_default={SWITCH_WMEM_BYTES}",
+                f"ip link add dev {tick} type veth peer name {agt}"]
+        for intf in [*self.intfNames(), tick, agt]:
             if intf == "lo":
                 continue
             cmds.append(f"ip link set dev {intf} mtu {mtu} up")
             cmds.append(f"ethtool -K {intf} rx off tx off sg off tso off gso off gro off "
                         ">/dev/null 2>&1")
-        self.cmd(" ; ".join(cmds))
+        batch_file.write_text("\n".join(line for spec in schedulers
+                                         for line in scheduler_commands(spec)) + "\n")
+        cmds.append(f"tc -batch {batch_file}")
+        out = self.cmd(" ; ".join(cmds))
+        if "Error" in out or "failed" in out:
+            raise FabricError(f"{self.name}: setting up its ports failed: {out.strip()}")
 
     def start(self, controllers) -> None:  # noqa: ARG002 - Mininet's signature
         self.bmv2.start(lambda cmd, **kw: self.popen(cmd, **kw))
@@ -69,6 +81,11 @@ class Bmv2Switch(Switch):
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
         self.bmv2.stop()
         super().stop(deleteIntfs)
+
+
+def tick_intfs(switch: str) -> tuple[str, str]:
+    """The veth pair between a switch's agent port (BMv2 side) and the agent."""
+    return f"{switch}-tick", f"{switch}-agt"
 
 
 class RoceHost(Host):
@@ -112,7 +129,8 @@ class Fabric:
     """A running fabric. Use as a context manager, or call start() and stop()."""
 
     def __init__(self, cfg: FabricConfig, topo: Topology, results_dir: Path,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, with_agents: bool = True) -> None:
+        self.with_agents = with_agents
         self.cfg = cfg
         self.topo = topo
         self.results_dir = results_dir
@@ -122,6 +140,7 @@ class Fabric:
         self.sessions: dict[str, SwitchSession] = {}
         self.endpoints: dict = {}  # host name -> traffic.client.EndpointClient
         self._endpoint_procs: list[subprocess.Popen] = []
+        self._agent_procs: list[subprocess.Popen] = []
         self.state = RunState(cfg.name)
         self.timings = Timings()
 
@@ -131,7 +150,8 @@ class Fabric:
         return Bmv2Options(
             name=sw.name,
             device_id=sw.device_id,
-            ports={p: intf_name(sw.name, p) for p in sw.ports},
+            ports={**{p: intf_name(sw.name, p) for p in sw.ports},
+                   AGENT_PORT: tick_intfs(sw.name)[0]},
             grpc_socket=self.runtime_dir / f"{sw.name}.grpc",
             log_path=self.results_dir / "logs" / f"{sw.name}.log",
             thrift_port=self.cfg.switch.thrift_port,
@@ -143,10 +163,11 @@ class Fabric:
         topo = self.topo
         self.runtime_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(parents=True, exist_ok=True)
-        self.state.files = [str(self.runtime_dir / f"{s.name}.grpc") for s in topo.switches]
+        self.state.files = [str(self.runtime_dir / f"{s.name}.{ext}") for s in topo.switches
+                            for ext in ("grpc", "tc", "agent.json")]
         self.state.interfaces = [intf_name(link.a, link.a_port) for link in topo.links] + [
             intf_name(link.b, link.b_port) for link in topo.links
-        ]
+        ] + [i for s in topo.switches for i in tick_intfs(s.name)]
         self.state.save()
         net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
         self.net = net
@@ -173,7 +194,51 @@ class Fabric:
                             intfName2=intf_name(link.b, link.b_port))
         net.build()
         for sw in topo.switches:
-            net.get(sw.name).prepare(topo.mtu)
+            net.get(sw.name).prepare(topo.mtu, self.port_specs(sw.name),
+                                     self.runtime_dir / f"{sw.name}.tc")
+
+    def port_specs(self, sw_name: str) -> list[PortSpec]:
+        sw = self.topo.switch(sw_name)
+        q = self.cfg.qos
+        return [PortSpec(intf_name(sw.name, p.number), p.rate_mbps,
+                         tuple(prof.buffer_bytes for prof in
+                               queue_profiles(q, p.rate_mbps).values()),
+                         tuple(q.dscp_to_tc_map.items()), q.default_tc, self.topo.mtu + 14)
+                for p in sw.ports.values()]
+
+    def start_agents(self) -> None:
+        """One switch agent per switch, inside the switch's namespace."""
+        assert self.net is not None
+        out = self.results_dir / "telemetry"
+        out.mkdir(parents=True, exist_ok=True)
+        a = self.cfg.agent
+        for sw in self.topo.switches:
+            ports = [AgentPort(spec_port.number, intf_name(sw.name, spec_port.number),
+                               spec_port.rate_mbps, list(spec.buffers))
+                     for spec_port, spec in zip(sw.ports.values(), self.port_specs(sw.name),
+                                                strict=True)]
+            conf = agent_config(sw.name, ports, self.cfg.qos, tick_intfs(sw.name)[1],
+                                a.tick_period_ms / 1000, a.sample_period_ms / 1000, out,
+                                self.topo.mtu + 14)
+            path = self.runtime_dir / f"{sw.name}.agent.json"
+            path.write_text(json.dumps(conf))
+            with open(out / f"{sw.name}.agent.log", "w") as log:
+                p = self.net.get(sw.name).popen([sys.executable, "-m", "testbed.agent",
+                                                 str(path)], stdout=log,
+                                                stderr=subprocess.STDOUT)
+            self._agent_procs.append(p)
+            self.state.add_process(p.pid, str(path))
+
+    def stop_agents(self) -> None:
+        for p in self._agent_procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self._agent_procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self._agent_procs = []
 
     def _start_switches(self) -> None:
         assert self.net is not None
@@ -207,7 +272,11 @@ class Fabric:
             addrs = {s.name: f"unix://{self.runtime_dir / (s.name + '.grpc')}"
                      for s in self.topo.switches}
             self.sessions = program_fabric(self.topo, self.cfg, addrs)
-            self.timings.mark("programmed", t)
+            t = self.timings.mark("programmed", t)
+            if self.with_agents:
+                self.progress("starting switch agents")
+                self.start_agents()
+                self.timings.mark("agents", t)
             (self.results_dir / "topology.json").write_text(self.topo.to_json())
             (self.results_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         except (SwitchStartError, ControlPlaneError, FabricError):
@@ -261,6 +330,7 @@ class Fabric:
     # -- tear-down ----------------------------------------------------------------------
     def stop(self) -> None:
         self.stop_endpoints()
+        self.stop_agents()
         for s in self.sessions.values():
             s.close()
         self.sessions = {}

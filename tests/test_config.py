@@ -29,6 +29,15 @@ BAD_FILES = {
     "not a mapping": ("- spines: 2", ["top level must be a mapping"]),
     "broken yaml": ("fabric: {spines: 2", ["line", "not valid YAML"]),
     "log size zero": ("switch: {log_max_mb: 0}", ["switch.log_max_mb"]),
+    "xoff above the buffer": ("qos: {buffer_bytes: 50000, pfc: {xoff_bytes: 48000}}",
+                              ["qos.pfc.xoff_bytes", "exceeds the class 3 buffer"]),
+    "headroom too small": ("qos: {pfc: {headroom_bytes: 2000}}",
+                           ["qos.pfc.headroom_bytes", "too small for the round trip"]),
+    "pause the CNP class": ("qos: {pfc_enable: [3, 6]}", ["qos.pfc_enable", "class 6"]),
+    "kmax under kmin": ("qos: {ecn: {3: {kmin_bytes: 9000, kmax_bytes: 8000}}}",
+                        ["qos.ecn.3", "kmax_bytes must be above kmin_bytes"]),
+    "xon above xoff": ("qos: {pfc: {xoff_bytes: 40000, xon_bytes: 50000}}",
+                       ["qos.pfc.xon_bytes", "above xoff_bytes"]),
 }
 
 

@@ -1,0 +1,282 @@
+/* Lossless Ethernet in the data plane: a phantom of each kernel egress queue, RED/ECN marking
+ * on it, and PFC frames generated toward the ingress port that feeds a congested lossless queue.
+ *
+ * Why a phantom: the real queue of a port is in the kernel (htb/tbf on the switch's veth), where
+ * the program cannot see it. The phantom adds each packet's bytes when the packet is sent to the
+ * queue and drains at the port's rate over the time the class was not paused, as the kernel
+ * queue does; the switch agent resyncs it from the kernel's backlog with every tick it sends.
+ *
+ * Why ticks: the program only runs when a packet arrives, and a paused upstream sends none, so
+ * something else must notice that a queue drained (to send XON) or is still full (to refresh
+ * XOFF before it expires). The agent sends a tick frame per (port, lossless class) through its
+ * own port; the program resyncs the phantom, records the drift, and answers with PFC frames,
+ * multicast to every port and kept only on the ports it paused.
+ */
+#ifndef _ROCE_LOSSLESS_P4_
+#define _ROCE_LOSSLESS_P4_
+
+/* Phantom queue per (egress port, class), in bytes, and when it was last brought up to date. */
+register<bit<32>>(PORT_TC_CELLS) q_bytes;
+register<bit<48>>(PORT_TC_CELLS) q_time;
+/* Until when (us) a PFC frame received on the port pauses the class: the phantom does not drain. */
+register<bit<48>>(PORT_TC_CELLS) paused_until;
+/* Per (ingress port, class): when we last sent XOFF there (us); 0 = never. */
+register<bit<48>>(PORT_TC_CELLS) xoff_sent_at;
+/* Per (egress port, class): the ingress ports we paused on its account (bit i = port i). */
+register<bit<64>>(PORT_TC_CELLS) paused_by;
+/* Per (egress port, class): phantom minus kernel backlog at the last tick (two's complement). */
+register<bit<32>>(PORT_TC_CELLS) drift;
+
+control RoceLossless(inout headers_t hdr,
+                     inout metadata_t meta,
+                     inout standard_metadata_t std_meta) {
+
+    counter(PORT_TC_CELLS, CounterType.packets) ecn_marked;
+    counter(PORT_TC_CELLS, CounterType.packets) pfc_xoff_triggered;
+    counter(PORT_TC_CELLS, CounterType.packets) ticks;
+
+    /* The egress port's drain rate (bytes per 2^20 us) and PFC quantum (us, times 2^10). */
+    action set_port_rate(bit<32> rate_q20) {
+        meta.port_rate_q20 = rate_q20;
+    }
+    table egress_port_rate {
+        key = { meta.q_port: exact; }
+        actions = { set_port_rate; NoAction; }
+        default_action = NoAction();
+        size = NUM_PORTS;
+    }
+
+    action set_quantum(bit<32> quantum_us_q10) {
+        meta.quantum_us_q10 = quantum_us_q10;
+    }
+    table ingress_port_quantum {
+        key = { std_meta.ingress_port: exact; }
+        actions = { set_quantum; NoAction; }
+        default_action = NoAction();
+        size = NUM_PORTS;
+    }
+
+    /* Per (egress port, class): ECN profile and PFC thresholds, in bytes. */
+    action set_queue_profile(bit<1> ecn_enable, bit<32> kmin, bit<32> kmax, bit<32> pmax_slope,
+                             bit<1> pfc_enable, bit<32> xoff, bit<32> xon,
+                             bit<16> pause_quanta, bit<48> refresh_us) {
+        meta.qp_valid = 1;
+        meta.ecn_enable = ecn_enable;
+        meta.kmin = kmin;
+        meta.kmax = kmax;
+        meta.pmax_slope = pmax_slope;
+        meta.pfc_enable = pfc_enable;
+        meta.xoff = xoff;
+        meta.xon = xon;
+        meta.pause_quanta = pause_quanta;
+        meta.refresh_us = refresh_us;
+    }
+    table queue_profile {
+        key = { meta.q_port: exact; meta.q_tc: exact; }
+        actions = { set_queue_profile; NoAction; }
+        default_action = NoAction();
+        size = PORT_TC_CELLS;
+    }
+
+    /* Bring the phantom up to date at `now`: drain it over the unpaused time since last. */
+    action drain(bit<32> idx) {
+        bit<32> q;
+        bit<48> last;
+        bit<48> pu;
+        q_bytes.read(q, idx);
+        q_time.read(last, idx);
+        paused_until.read(pu, idx);
+        bit<48> start = (pu > last) ? pu : last;
+        bit<64> elapsed = (meta.now > start) ? (bit<64>) (meta.now - start) : 64w0;
+        bit<64> drained = (elapsed * (bit<64>) meta.port_rate_q20) >> 20;
+        meta.q = ((bit<64>) q > drained) ? q - (bit<32>) drained : 32w0;
+    }
+
+    apply {
+        meta.now = std_meta.ingress_global_timestamp;
+
+        if (hdr.pfc.isValid()) {
+            /* A PFC frame from the peer of this port: the phantoms of its classes stop draining
+             * for the pause time (the agent closes the kernel gates). */
+            ingress_port_quantum.apply();
+            bit<32> base = (bit<32>) std_meta.ingress_port * NUM_TCS;
+            if (hdr.pfc.class_enable[0:0] == 1) {
+                paused_until.write(base + 0, meta.now +
+                    (bit<48>) (((bit<64>) hdr.pfc.time0 * (bit<64>) meta.quantum_us_q10) >> 10));
+            }
+            if (hdr.pfc.class_enable[1:1] == 1) {
+                paused_until.write(base + 1, meta.now +
+                    (bit<48>) (((bit<64>) hdr.pfc.time1 * (bit<64>) meta.quantum_us_q10) >> 10));
+            }
+            if (hdr.pfc.class_enable[2:2] == 1) {
+                paused_until.write(base + 2, meta.now +
+                    (bit<48>) (((bit<64>) hdr.pfc.time2 * (bit<64>) meta.quantum_us_q10) >> 10));
+            }
+            if (hdr.pfc.class_enable[3:3] == 1) {
+                paused_until.write(base + 3, meta.now +
+                    (bit<48>) (((bit<64>) hdr.pfc.time3 * (bit<64>) meta.quantum_us_q10) >> 10));
+            }
+            if (hdr.pfc.class_enable[4:4] == 1) {
+                paused_until.write(base + 4, meta.now +
+                    (bit<48>) (((bit<64>) hdr.pfc.time4 * (bit<64>) meta.quantum_us_q10) >> 10));
+            }
+            if (hdr.pfc.class_enable[5:5] == 1) {
+                paused_until.write(base + 5, meta.now +
+                    (bit<48>) (((bit<64>) hdr.pfc.time5 * (bit<64>) meta.quantum_us_q10) >> 10));
+            }
+            if (hdr.pfc.class_enable[6:6] == 1) {
+                paused_until.write(base + 6, meta.now +
+                    (bit<48>) (((bit<64>) hdr.pfc.time6 * (bit<64>) meta.quantum_us_q10) >> 10));
+            }
+            if (hdr.pfc.class_enable[7:7] == 1) {
+                paused_until.write(base + 7, meta.now +
+                    (bit<48>) (((bit<64>) hdr.pfc.time7 * (bit<64>) meta.quantum_us_q10) >> 10));
+            }
+            return;
+        }
+
+        if (hdr.tick.isValid()) {
+            /* The agent's tick for (port, class): resync, record the drift, XON or refresh. */
+            meta.q_port = (bit<32>) hdr.tick.port;
+            meta.q_tc = (tc_t) hdr.tick.tc;
+            bit<32> idx = meta.q_port * NUM_TCS + (bit<32>) hdr.tick.tc;
+            ticks.count(idx);
+            egress_port_rate.apply();
+            queue_profile.apply();
+            drain(idx);
+            drift.write(idx, meta.q - hdr.tick.backlog);
+            q_bytes.write(idx, hdr.tick.backlog);
+            q_time.write(idx, meta.now);
+            bit<64> ports;
+            paused_by.read(ports, idx);
+            meta.pfc_ports = ports;
+            meta.pfc_tc = (tc_t) hdr.tick.tc;
+            if (ports == 0 || meta.qp_valid == 0) {
+                mark_to_drop(std_meta);
+            } else if (hdr.tick.backlog <= meta.xon) {
+                meta.pfc_quanta = 0;             /* XON: the queue has drained */
+                paused_by.write(idx, 0);
+                std_meta.mcast_grp = PFC_MCAST_GROUP;
+            } else if (hdr.tick.backlog > meta.xoff) {
+                meta.pfc_quanta = meta.pause_quanta;  /* still congested: refresh */
+                std_meta.mcast_grp = PFC_MCAST_GROUP;
+            } else {
+                mark_to_drop(std_meta);          /* between XON and XOFF: leave it be */
+            }
+            return;
+        }
+
+        /* A data packet on its way to (egress_spec, tc). */
+        meta.q_port = (bit<32>) std_meta.egress_spec;
+        meta.q_tc = meta.tc;
+        bit<32> qidx = meta.q_port * NUM_TCS + (bit<32>) meta.tc;
+        egress_port_rate.apply();
+        queue_profile.apply();
+        if (meta.qp_valid == 0) {
+            return;
+        }
+        drain(qidx);
+        bit<32> q = meta.q + std_meta.packet_length;
+        q_bytes.write(qidx, q);
+        q_time.write(qidx, meta.now);
+
+        /* ECN: RED on the phantom, for ECN-capable packets only. */
+        if (meta.ecn_enable == 1 && hdr.ipv4.ecn != 0) {
+            bit<1> mark = 0;
+            if (q > meta.kmax) {
+                mark = 1;
+            } else if (q > meta.kmin) {
+                bit<16> r;
+                random(r, 16w0, 16w0xffff);
+                bit<64> p16 = ((bit<64>) (q - meta.kmin) * (bit<64>) meta.pmax_slope) >> 16;
+                if ((bit<64>) r < p16) {
+                    mark = 1;
+                }
+            }
+            if (mark == 1) {
+                hdr.ipv4.ecn = 3;
+                ecn_marked.count(qidx);
+            }
+        }
+
+        /* PFC: over XOFF, pause the port this packet came from (refreshing before expiry). */
+        if (meta.pfc_enable == 1 && q > meta.xoff) {
+            bit<32> pidx = (bit<32>) std_meta.ingress_port * NUM_TCS + (bit<32>) meta.tc;
+            bit<48> last;
+            xoff_sent_at.read(last, pidx);
+            bit<64> ports;
+            paused_by.read(ports, qidx);
+            paused_by.write(qidx, ports | ((bit<64>) 1 << (bit<8>) std_meta.ingress_port));
+            if (last == 0 || meta.now - last > meta.refresh_us) {
+                xoff_sent_at.write(pidx, meta.now);
+                meta.pfc_tc = meta.tc;
+                meta.pfc_quanta = meta.pause_quanta;
+                pfc_xoff_triggered.count(pidx);
+                clone_preserving_field_list(CloneType.I2E, (bit<32>) std_meta.ingress_port,
+                                            FL_PFC);
+            }
+        }
+    }
+}
+
+/* Egress: turn a clone (one port) or a tick's replica (kept where the bitmap says) into an
+ * IEEE 802.1Qbb frame for class pfc_tc with pfc_quanta (0 = XON). */
+control RocePfcEgress(inout headers_t hdr,
+                      inout metadata_t meta,
+                      inout standard_metadata_t std_meta) {
+
+    counter(PORT_TC_CELLS, CounterType.packets) pfc_tx;
+
+    action set_port_mac(mac_addr_t mac) {
+        hdr.ethernet.src_addr = mac;
+    }
+    table port_mac {
+        key = { std_meta.egress_port: exact; }
+        actions = { set_port_mac; NoAction; }
+        default_action = NoAction();
+        size = NUM_PORTS;
+    }
+
+    apply {
+        bool is_clone = std_meta.instance_type == PKT_INSTANCE_TYPE_INGRESS_CLONE;
+        bool is_replica = std_meta.instance_type == PKT_INSTANCE_TYPE_REPLICATION;
+        if (!is_clone && !is_replica) {
+            return;
+        }
+        if (is_replica &&
+            ((meta.pfc_ports >> (bit<8>) std_meta.egress_port) & 1) == 0) {
+            mark_to_drop(std_meta);
+            return;
+        }
+        hdr.ethernet.dst_addr = PFC_DST_MAC;
+        hdr.ethernet.ether_type = ETHERTYPE_MAC_CONTROL;
+        port_mac.apply();
+        hdr.pfc.setValid();
+        hdr.pfc.opcode = MAC_CONTROL_PFC;
+        hdr.pfc.class_enable = (bit<16>) 1 << (bit<8>) meta.pfc_tc;
+        hdr.pfc.time0 = 0;
+        hdr.pfc.time1 = 0;
+        hdr.pfc.time2 = 0;
+        hdr.pfc.time3 = 0;
+        hdr.pfc.time4 = 0;
+        hdr.pfc.time5 = 0;
+        hdr.pfc.time6 = 0;
+        hdr.pfc.time7 = 0;
+        if (meta.pfc_tc == 0) { hdr.pfc.time0 = meta.pfc_quanta; }
+        if (meta.pfc_tc == 1) { hdr.pfc.time1 = meta.pfc_quanta; }
+        if (meta.pfc_tc == 2) { hdr.pfc.time2 = meta.pfc_quanta; }
+        if (meta.pfc_tc == 3) { hdr.pfc.time3 = meta.pfc_quanta; }
+        if (meta.pfc_tc == 4) { hdr.pfc.time4 = meta.pfc_quanta; }
+        if (meta.pfc_tc == 5) { hdr.pfc.time5 = meta.pfc_quanta; }
+        if (meta.pfc_tc == 6) { hdr.pfc.time6 = meta.pfc_quanta; }
+        if (meta.pfc_tc == 7) { hdr.pfc.time7 = meta.pfc_quanta; }
+        hdr.ipv4.setInvalid();
+        hdr.udp.setInvalid();
+        hdr.bth.setInvalid();
+        hdr.tick.setInvalid();
+        truncate(60);
+        pfc_tx.count((bit<32>) std_meta.egress_port * NUM_TCS + (bit<32>) meta.pfc_tc);
+    }
+}
+
+#endif

@@ -1,0 +1,318 @@
+"""The switch agent: what a switch OS does in software, one process per switch, inside the
+switch's network namespace.
+
+* Pause: a PFC frame arriving on a port closes that port's gate for each class it names, for
+  its quanta (512 bit times of the link each); a later frame extends or, with quanta 0, ends the
+  pause. This is the MAC's job in a real switch; here the agent reads the frames straight off
+  the port (a raw socket for EtherType 0x8808), so BMv2 is not on the reaction path.
+* Ticks: every tick period, for each lossless (port, class), the agent reads the kernel's backlog
+  and sends a tick frame into the switch through its own port; the P4 program resyncs its
+  phantom queue to it and sends XON, or refreshes XOFF, toward the ports it paused.
+* Telemetry: kernel backlog, drops and sent counters per (port, class) and the gate states, as a
+  CSV time series (:data:`TELEMETRY_COLUMNS`), and every pause as an event (:data:`EVENT_COLUMNS`).
+
+Run by the testbed as ``python -m testbed.agent CONFIG.json``; the config is written by
+:func:`agent_config`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import heapq
+import json
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from testbed.ports import NUM_TCS, PortGates, PortSpec, TcBatch
+
+ETH_P_PFC = 0x8808
+ETH_P_TICK = 0x88B6
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23
+PFC_QUANTUM_BITS = 512
+
+TELEMETRY_COLUMNS = [
+    ("t_s", "seconds since the agent started"),
+    ("switch", "switch name"),
+    ("port", "switch port number"),
+    ("tc", "traffic class"),
+    ("backlog_bytes", "bytes waiting in the kernel queue of (port, class)"),
+    ("backlog_packets", "packets waiting there"),
+    ("drops", "packets the kernel queue dropped so far (buffer full)"),
+    ("sent_bytes", "bytes the queue has sent so far"),
+    ("sent_packets", "packets the queue has sent so far"),
+    ("paused", "1 while the class is paused by PFC from the peer"),
+    ("pfc_rx", "PFC frames received for this class so far"),
+    ("paused_s", "seconds paused so far"),
+]
+EVENT_COLUMNS = [
+    ("t_s", "when (agent clock)"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
+    ("event", "pause, resume (XON) or expire (quanta ran out)"),
+    ("quanta", "quanta in the frame"),
+    ("reaction_us", "frame received by the kernel to gate command issued"),
+]
+
+
+@dataclass
+class AgentPort:
+    number: int
+    ifname: str
+    rate_mbps: float
+    buffers: list[int]
+
+
+@dataclass
+class AgentConfig:
+    switch: str
+    ports: list[AgentPort]
+    dscp_to_tc: list[list[int]]
+    default_tc: int
+    lossless: list[int]
+    tick_ifname: str
+    tick_period_s: float
+    sample_period_s: float
+    out_dir: str
+    max_frame: int = 9014
+    tick_src_mac: str = "02:00:00:00:00:fe"
+
+    @classmethod
+    def load(cls, path: str | Path) -> AgentConfig:
+        d = json.loads(Path(path).read_text())
+        d["ports"] = [AgentPort(**p) for p in d["ports"]]
+        return cls(**d)
+
+    def port_spec(self, p: AgentPort) -> PortSpec:
+        return PortSpec(p.ifname, p.rate_mbps, tuple(p.buffers),
+                        tuple((d, t) for d, t in self.dscp_to_tc), self.default_tc,
+                        self.max_frame)
+
+
+@dataclass
+class PauseState:
+    until: float = 0.0  # monotonic; 0 = not paused
+    since: float = 0.0
+    total: float = 0.0
+    frames: int = 0
+
+
+@dataclass
+class PortRuntime:
+    cfg: AgentPort
+    gates: PortGates
+    sock: socket.socket
+    pause: list[PauseState] = field(default_factory=lambda: [PauseState() for _ in range(8)])
+
+
+def tick_frame(src_mac: str, port: int, tc: int, backlog: int) -> bytes:
+    dst = b"\x02\x00\x00\x00\x00\xff"
+    src = bytes.fromhex(src_mac.replace(":", ""))
+    body = struct.pack("!HBI", port, tc, min(backlog, 0xFFFFFFFF))
+    f = dst + src + struct.pack("!H", ETH_P_TICK) + body
+    return f + b"\x00" * (60 - len(f))
+
+
+def parse_pfc(frame: bytes) -> dict[int, int] | None:
+    if len(frame) < 34 or frame[12:14] != b"\x88\x08":
+        return None
+    op, vector, *times = struct.unpack("!HH8H", frame[14:34])
+    if op != 0x0101:
+        return None
+    return {c: times[c] for c in range(8) if vector >> c & 1}
+
+
+class SwitchAgent:
+    def __init__(self, cfg: AgentConfig, clock=time.monotonic) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.t0 = clock()
+        self.batch = TcBatch()
+        self.ports: dict[int, PortRuntime] = {}
+        for p in cfg.ports:
+            gates = PortGates(cfg.port_spec(p), batch=self.batch)
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_PFC))
+            s.bind((p.ifname, 0))
+            with contextlib.suppress(OSError):
+                s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_TIMESTAMPNS, 1)
+            s.setblocking(False)
+            self.ports[p.number] = PortRuntime(p, gates, s)
+        self.by_sock = {pr.sock: pr for pr in self.ports.values()}
+        self.tick_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        self.tick_sock.bind((cfg.tick_ifname, 0))
+        self.timers: list[tuple[float, int, int]] = []  # (when, port, tc): a pause expires
+        self.running = True
+        self.stats = {"ticks": 0, "pfc_rx": 0, "gate_changes": 0}
+        out = Path(cfg.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self._tel = open(out / f"{cfg.switch}.telemetry.csv", "w", newline="")  # noqa: SIM115
+        self._tel_w = csv.writer(self._tel)
+        self._tel_w.writerow([c for c, _ in TELEMETRY_COLUMNS])
+        self._ev = open(out / f"{cfg.switch}.events.csv", "w", newline="")  # noqa: SIM115
+        self._ev_w = csv.writer(self._ev)
+        self._ev_w.writerow([c for c, _ in EVENT_COLUMNS])
+        self._last_backlog: dict[tuple[int, int], int] = {}
+
+    def now(self) -> float:
+        return self.clock() - self.t0
+
+    # -- pause --------------------------------------------------------------------------
+    def on_pfc(self, pr: PortRuntime, classes: dict[int, int], t_kernel: float) -> None:
+        now = self.clock()
+        quantum_s = PFC_QUANTUM_BITS / (pr.cfg.rate_mbps * 1e6)
+        for tc, quanta in classes.items():
+            st = pr.pause[tc]
+            st.frames += 1
+            self.stats["pfc_rx"] += 1
+            if quanta == 0:
+                if st.until:
+                    self._resume(pr, tc, now, "resume", t_kernel)
+                continue
+            if not st.until:
+                pr.gates.close(tc)
+                self.stats["gate_changes"] += 1
+                st.since = now
+                self._event(pr, tc, "pause", quanta, t_kernel)
+            st.until = now + quanta * quantum_s
+            heapq.heappush(self.timers, (st.until, pr.cfg.number, tc))
+
+    def _resume(self, pr: PortRuntime, tc: int, now: float, why: str,
+                t_kernel: float | None = None) -> None:
+        st = pr.pause[tc]
+        pr.gates.open(tc)
+        self.stats["gate_changes"] += 1
+        st.total += now - st.since
+        st.until = 0.0
+        self._event(pr, tc, why, 0, t_kernel)
+
+    def _event(self, pr: PortRuntime, tc: int, what: str, quanta: int,
+               t_kernel: float | None) -> None:
+        reaction = ""
+        if t_kernel is not None:
+            reaction = f"{(time.time() - t_kernel) * 1e6:.0f}"
+        self._ev_w.writerow([f"{self.now():.6f}", self.cfg.switch, pr.cfg.number, tc, what,
+                             quanta, reaction])
+        self._ev.flush()
+
+    def expire(self) -> None:
+        now = self.clock()
+        while self.timers and self.timers[0][0] <= now:
+            when, port, tc = heapq.heappop(self.timers)
+            pr = self.ports[port]
+            st = pr.pause[tc]
+            if st.until and st.until <= now:  # not extended since this timer was set
+                self._resume(pr, tc, now, "expire")
+
+    # -- ticks and telemetry --------------------------------------------------------------
+    def _backlogs(self) -> dict[int, dict]:
+        return {n: pr.gates.stats() for n, pr in self.ports.items()}
+
+    def tick(self) -> None:
+        stats = self._backlogs()
+        for n in self.ports:
+            for tc in self.cfg.lossless:
+                st = stats[n].get(tc)
+                backlog = st.backlog_bytes if st else 0
+                key = (n, tc)
+                # a queue that is and was empty needs no tick: the program has nothing to do
+                if backlog == 0 and self._last_backlog.get(key, 0) == 0:
+                    continue
+                self._last_backlog[key] = backlog
+                self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, backlog))
+                self.stats["ticks"] += 1
+
+    def sample(self) -> None:
+        now = self.clock()
+        t = f"{self.now():.4f}"
+        for n, per_tc in self._backlogs().items():
+            pr = self.ports[n]
+            for tc in range(NUM_TCS):
+                st = per_tc.get(tc)
+                if st is None:
+                    continue
+                ps = pr.pause[tc]
+                paused_s = ps.total + (now - ps.since if ps.until else 0.0)
+                self._tel_w.writerow([t, self.cfg.switch, n, tc, st.backlog_bytes,
+                                      st.backlog_packets, st.drops, st.sent_bytes,
+                                      st.sent_packets, int(bool(ps.until)), ps.frames,
+                                      f"{paused_s:.4f}"])
+        self._tel.flush()
+
+    # -- loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        next_tick = next_sample = self.clock()
+        socks = list(self.by_sock)
+        while self.running:
+            now = self.clock()
+            if now >= next_tick:
+                self.tick()
+                next_tick = now + self.cfg.tick_period_s
+            if now >= next_sample:
+                self.sample()
+                next_sample = now + self.cfg.sample_period_s
+            self.expire()
+            wake = min(next_tick, next_sample, self.timers[0][0] if self.timers else next_tick)
+            ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
+            for s in ready:
+                pr = self.by_sock[s]
+                while True:
+                    try:
+                        data, anc, _flags, _addr = s.recvmsg(2048, 64)
+                    except BlockingIOError:
+                        break
+                    t_kernel = time.time()
+                    for level, kind, value in anc:
+                        if level == socket.SOL_SOCKET and kind == socket.SO_TIMESTAMPNS:
+                            sec, nsec = struct.unpack("qq", value[:16])
+                            t_kernel = sec + nsec / 1e9
+                    classes = parse_pfc(data)
+                    if classes:
+                        self.on_pfc(pr, classes, t_kernel)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sample()
+        for pr in self.ports.values():
+            for tc in range(NUM_TCS):
+                if pr.pause[tc].until:
+                    pr.gates.open(tc)
+            pr.sock.close()
+            pr.gates.ipr.close()
+        self.batch.close()
+        self.tick_sock.close()
+        self._tel.close()
+        self._ev.close()
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        print("usage: python -m testbed.agent CONFIG.json", file=sys.stderr)
+        sys.exit(2)
+    agent = SwitchAgent(AgentConfig.load(sys.argv[1]))
+    signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        agent.close()
+        print(json.dumps({"switch": agent.cfg.switch, **agent.stats}), flush=True)
+
+
+def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tick_period_s: float,
+                 sample_period_s: float, out_dir: Path, max_frame: int) -> dict:
+    return asdict(AgentConfig(
+        switch=switch, ports=ports, dscp_to_tc=[[d, t] for d, t in qos.dscp_to_tc_map.items()],
+        default_tc=qos.default_tc, lossless=list(qos.pfc_enable), tick_ifname=tick_ifname,
+        tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
+        max_frame=max_frame))
+
+
+if __name__ == "__main__":
+    main()
