@@ -37,6 +37,7 @@ ETH_P_TICK = 0x88B6
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 PFC_QUANTUM_BITS = 512
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 
 TELEMETRY_COLUMNS = [
     ("t_s", "seconds since the agent started"),
@@ -140,7 +141,7 @@ class SwitchAgent:
             s.bind((p.ifname, 0))
             with contextlib.suppress(OSError):
                 s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_TIMESTAMPNS, 1)
+            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             s.setblocking(False)
             self.ports[p.number] = PortRuntime(p, gates, s)
         self.by_sock = {pr.sock: pr for pr in self.ports.values()}
@@ -268,7 +269,7 @@ class SwitchAgent:
                         break
                     t_kernel = time.time()
                     for level, kind, value in anc:
-                        if level == socket.SOL_SOCKET and kind == socket.SO_TIMESTAMPNS:
+                        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
                             sec, nsec = struct.unpack("qq", value[:16])
                             t_kernel = sec + nsec / 1e9
                     classes = parse_pfc(data)

@@ -1,0 +1,136 @@
+"""The switch agent on real veths and qdiscs (no BMv2): PFC closes the right gate for the
+right time, XON ends a pause early, ticks are sent for backlogged lossless queues."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from testbed.agent import AgentConfig, AgentPort, agent_config, tick_frame
+from testbed.config import QosConfig
+from testbed.ports import PortSpec, scheduler_commands
+from traffic.packets import pfc_frame
+
+pytestmark = pytest.mark.root
+RATE = 10.0
+QUANTUM_S = 512 / (RATE * 1e6)
+
+
+def sh(ns: str, *args: str) -> None:
+    subprocess.run(["ip", "-n", ns, *args], check=True)
+
+
+@pytest.fixture
+def agent_ns(tmp_path: Path):
+    ns = f"rta{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    proc = None
+    try:
+        # switch port sw1 <-> peer; agent's tick port agt <-> tick (BMv2 would sit on tick)
+        sh(ns, "link", "add", "dev", "sw1", "type", "veth", "peer", "name", "peer")
+        sh(ns, "link", "add", "dev", "tick", "type", "veth", "peer", "name", "agt")
+        for i in ("sw1", "peer", "tick", "agt"):
+            sh(ns, "link", "set", "dev", i, "mtu", "9000", "up")
+        qos = QosConfig()
+        spec = PortSpec("sw1", RATE, (100_000,) * 8, tuple(qos.dscp_to_tc_map.items()))
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], check=True, text=True,
+                       input="\n".join(scheduler_commands(spec)) + "\n")
+        conf = agent_config("sw", [AgentPort(1, "sw1", RATE, [100_000] * 8)], qos, "agt",
+                            0.01, 0.05, tmp_path, 9014)
+        path = tmp_path / "agent.json"
+        path.write_text(json.dumps(conf))
+        AgentConfig.load(path)  # the file round-trips
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m",
+                                 "testbed.agent", str(path)], stdout=subprocess.PIPE, text=True,
+                                cwd=Path(__file__).parent.parent)
+        time.sleep(1.0)
+        yield ns, tmp_path
+    finally:
+        if proc is not None:
+            proc.terminate()
+            print(proc.communicate(timeout=10)[0])
+        subprocess.run(["ip", "netns", "del", ns])
+
+
+def send_from_peer(ns: str, frames: list[bytes], intf: str = "peer") -> None:
+    script = ("import socket,sys,json\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n"
+              f"s.bind(('{intf}',0))\n"
+              "for h in json.load(sys.stdin): s.send(bytes.fromhex(h))\n")
+    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script], check=True,
+                   input=json.dumps([f.hex() for f in frames]), text=True)
+
+
+def gate_rate(ns: str, tc: int) -> str:
+    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "sw1"],
+                         capture_output=True, text=True).stdout
+    line = next(ln for ln in out.splitlines() if f"tbf {0x10 + tc:x}:" in ln)
+    return line.split(" rate ")[1].split()[0]
+
+
+def events(tmp: Path) -> list[dict]:
+    with open(tmp / "sw.events.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+def wait_for(pred, timeout: float = 2.0, step: float = 0.002) -> float:
+    t0 = time.monotonic()
+    while not pred():
+        assert time.monotonic() - t0 < timeout, "condition not reached"
+        time.sleep(step)
+    return time.monotonic() - t0
+
+
+def test_pfc_pauses_the_class_for_its_quanta(agent_ns) -> None:
+    ns, tmp = agent_ns
+    quanta = 10_000  # 0.512 s at 10 Mbit/s
+    send_from_peer(ns, [pfc_frame("02:00:00:00:00:01", {3: quanta})])
+    wait_for(lambda: gate_rate(ns, 3) == "1Kbit")
+    assert gate_rate(ns, 0) == "1Gbit"  # other classes untouched
+    t0 = time.monotonic()
+    wait_for(lambda: gate_rate(ns, 3) == "1Gbit", timeout=3)
+    held = time.monotonic() - t0
+    assert held == pytest.approx(quanta * QUANTUM_S, abs=0.05)
+    ev = events(tmp)
+    assert [e["event"] for e in ev] == ["pause", "expire"]
+    assert int(ev[0]["reaction_us"]) < 20_000
+
+
+def test_xon_ends_the_pause_early_and_refresh_extends_it(agent_ns) -> None:
+    ns, tmp = agent_ns
+    send_from_peer(ns, [pfc_frame("02:00:00:00:00:01", {3: 0xFFFF, 4: 0xFFFF})])
+    wait_for(lambda: gate_rate(ns, 3) == "1Kbit" and gate_rate(ns, 4) == "1Kbit")
+    time.sleep(0.2)
+    send_from_peer(ns, [pfc_frame("02:00:00:00:00:01", {3: 0})])
+    wait_for(lambda: gate_rate(ns, 3) == "1Gbit")
+    assert gate_rate(ns, 4) == "1Kbit"
+    kinds = [(e["tc"], e["event"]) for e in events(tmp)]
+    assert ("3", "resume") in kinds and ("4", "resume") not in kinds
+
+
+def test_ticks_for_a_backlogged_lossless_queue(agent_ns) -> None:
+    ns, _tmp = agent_ns
+    # hold class 3 with a PFC pause, then queue class-3 frames on the port
+    send_from_peer(ns, [pfc_frame("02:00:00:00:00:01", {3: 0xFFFF})])
+    wait_for(lambda: gate_rate(ns, 3) == "1Kbit")
+    ip = bytes([0x45, 26 << 2]) + b"\x10\x00" + b"\x00" * 16
+    frame = b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip + b"\x00" * 4000
+    send_from_peer(ns, [frame] * 5, intf="sw1")
+    cap = subprocess.run(["ip", "netns", "exec", ns, "timeout", "2", "tcpdump",
+                          "--immediate-mode", "-c", "3", "-i", "tick", "-xx",
+                          "ether proto 0x88b6"], capture_output=True, text=True)
+    assert "3 packets captured" in cap.stderr, cap.stderr
+    hexdump = "".join(ln.split(":", 1)[1] for ln in cap.stdout.splitlines() if "0x00" in ln)
+    assert "88b6 0001 03" in hexdump.replace("  ", " "), cap.stdout[:400]
+
+
+def test_tick_frame_layout() -> None:
+    f = tick_frame("02:00:00:00:00:fe", 7, 3, 12345)
+    assert len(f) == 60 and f[12:14] == b"\x88\xb6"
+    assert f[14:16] == b"\x00\x07" and f[16] == 3 and int.from_bytes(f[17:21], "big") == 12345
