@@ -50,7 +50,8 @@ class Harness:
 
 
 @contextlib.contextmanager
-def bmv2_harness(n_ports: int = 4, device_id: int = 1) -> Iterator[Harness]:
+def bmv2_harness(n_ports: int = 4, device_id: int = 1,
+                 extra_ports: tuple[int, ...] = ()) -> Iterator[Harness]:
     ns = f"roce-ptf-{uuid.uuid4().hex[:6]}"
     tmp = Path(tempfile.mkdtemp(prefix="roce-ptf-"))
     sh("ip", "netns", "add", ns)
@@ -60,7 +61,7 @@ def bmv2_harness(n_ports: int = 4, device_id: int = 1) -> Iterator[Harness]:
         sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
            "net.ipv6.conf.default.disable_ipv6=1")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
-        ports = list(range(1, n_ports + 1))
+        ports = list(range(1, n_ports + 1)) + list(extra_ports)
         for p in ports:
             sh("ip", "-n", ns, "link", "add", f"sw{p}", "type", "veth", "peer", "name", f"ptf{p}")
             for intf in (f"sw{p}", f"ptf{p}"):

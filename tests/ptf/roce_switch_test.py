@@ -19,9 +19,14 @@ from testbed.config import FabricConfig
 from testbed.control import EntryBuilder, SwitchSession, build_switch_program, load_p4info
 from testbed.topology import NextHop, Port, Route, Switch
 
-SW_MAC = {p: f"02:4c:00:01:00:{p:02x}" for p in range(1, 5)}
+SW_MAC = {p: f"02:4c:00:01:00:{p:02x}" for p in range(1, 6)}
 PEER_MAC = {1: "02:00:0a:00:01:01", 2: "02:51:00:01:00:01", 3: "02:51:00:02:00:01",
-            4: "02:51:00:03:00:01"}
+            4: "02:51:00:03:00:01", 5: "02:00:0a:00:05:01"}
+#: Port 5 runs at 10 kbit/s, so its phantom queue barely drains during a test: the queue
+#: length a tick sets is the one the next packet sees.
+SLOW_PORT, SLOW_MBPS = 5, 0.01
+SLOW_NET_HOST = "10.0.5.9"
+AGENT_PORT = 500
 SRC_MAC = "02:00:0a:00:09:09"
 H1 = "10.0.1.1"
 REMOTE_NET_HOST = "10.0.2.7"
@@ -37,6 +42,7 @@ ROUTES = [
     Route(f"{H1}/32", (nh(1),)),
     Route("10.0.2.0/24", tuple(nh(p) for p in ECMP_PORTS)),
     Route("10.0.3.3/32", (nh(2),)),
+    Route("10.0.5.0/24", (nh(SLOW_PORT),)),
 ]
 
 
@@ -50,7 +56,8 @@ def session() -> tuple[SwitchSession, EntryBuilder]:
 
 def switch(seed: int = 0) -> Switch:
     sw = Switch("dut", "leaf", 1, int(tu.test_param_get("device_id", 1)), ecmp_seed=seed)
-    sw.ports = {p: Port(p, SW_MAC[p], "peer", 1, 10.0) for p in range(1, 5)}
+    sw.ports = {p: Port(p, SW_MAC[p], "peer", 1, SLOW_MBPS if p == SLOW_PORT else 10.0)
+                for p in range(1, 6)}
     return sw
 
 
@@ -233,3 +240,129 @@ class PfcConsumed(RoceSwitchTest):
         tu.verify_no_other_packets(self)
         assert self.counter("RoceIngress.pfc_rx", 4 * 8 + 3)[0] == before3 + 1
         assert self.counter("RoceIngress.pfc_rx", 4 * 8 + 0)[0] == before0
+
+
+def tick(port: int, tc: int, backlog: int) -> bytes:
+    from testbed.agent import tick_frame
+
+    return tick_frame("02:00:00:00:00:fe", port, tc, backlog)
+
+
+def profile(tc: int = 3, rate: float = SLOW_MBPS):
+    from testbed.qos import queue_profiles
+
+    return queue_profiles(FabricConfig().qos, rate)[tc]
+
+
+class EcnMarkingFollowsRed(RoceSwitchTest):
+    """At a held queue length the CE fraction follows RED (Kmin, Kmax, Pmax) at three points;
+    above Kmax every ECT packet is marked; non-ECT packets are never marked."""
+
+    N = 300
+
+    def fraction(self, backlog: int, ecn: int = 1) -> float:
+        marked = 0
+        for i in range(self.N):
+            tu.send_packet(self, AGENT_PORT, tick(SLOW_PORT, 3, backlog))
+            pkt = udp_pkt(dst=SLOW_NET_HOST, ecn=ecn, sport=49152 + i % 64)
+            tu.send_packet(self, 1, pkt)
+            res = tu.dp_poll(self, device_number=0, port_number=SLOW_PORT, timeout=2)
+            assert isinstance(res, self.dataplane.PollSuccess), "packet not forwarded"
+            if Ether(res.packet)[IP].tos & 3 == 3:
+                marked += 1
+        return marked / self.N
+
+    def runTest(self) -> None:
+        p = profile()
+        length = len(udp_pkt())
+        results = []
+        for frac in (0.25, 0.5, 0.75):
+            backlog = int(p.kmin + frac * (p.kmax - p.kmin))
+            expect = p.pmax * (backlog + length - p.kmin) / (p.kmax - p.kmin)
+            got = self.fraction(backlog)
+            results.append((backlog, expect, got))
+            # binomial: 300 samples, p <= 0.2 -> sd <= 0.023; 3 sd
+            assert abs(got - expect) <= 0.07, results
+        assert self.fraction(p.kmax + 1000) == 1.0
+        assert self.fraction(p.kmax + 1000, ecn=0) == 0.0
+        assert self.fraction(max(p.kmin - 2 * length, 0)) == 0.0
+        print("ECN operating points (backlog, expected, measured):", results)
+        # leave the queue empty for the tests that follow
+        tu.send_packet(self, AGENT_PORT, tick(SLOW_PORT, 3, 0))
+        self.dataplane.flush()
+
+
+def expect_pfc(test: RoceSwitchTest, port: int, quanta: int):
+    res = tu.dp_poll(test, device_number=0, port_number=port, timeout=2)
+    assert isinstance(res, test.dataplane.PollSuccess), f"no PFC frame on port {port}"
+    f = Ether(res.packet)
+    assert f.dst == PFC_DST and f.type == 0x8808, f.summary()
+    c = f[MACControlClassBasedFlowControl]
+    assert c.c3_enabled == 1 and c.c3_pause_time == quanta, c.show(dump=True)
+    assert c.c0_enabled == 0 and c.c6_enabled == 0
+    assert f.src == SW_MAC[port]
+    return res.packet
+
+
+class PfcGeneration(RoceSwitchTest):
+    """Over XOFF the switch pauses the port a lossless packet came from (once per refresh
+    interval); when a tick finds the queue under XON, it resumes exactly the ports it paused.
+    tshark decodes the frames as PFC with the right class vector and quanta."""
+
+    def runTest(self) -> None:
+        p = profile()
+        frames = []
+        tu.send_packet(self, AGENT_PORT, tick(SLOW_PORT, 3, p.xoff + 1000))
+        tu.verify_no_other_packets(self)  # nobody paused yet: the tick is dropped
+        for port in (2, 3):
+            pkt = udp_pkt(dst=SLOW_NET_HOST, dscp=26, ecn=0)
+            tu.send_packet(self, port, pkt)
+            frames.append(expect_pfc(self, port, p.pause_quanta))
+            tu.verify_packet(self, routed(pkt, SLOW_PORT), SLOW_PORT)
+        # within the refresh interval: forwarded, no second XOFF
+        pkt = udp_pkt(dst=SLOW_NET_HOST, dscp=26, ecn=0)
+        tu.send_packet(self, 2, pkt)
+        tu.verify_packet(self, routed(pkt, SLOW_PORT), SLOW_PORT)
+        tu.verify_no_other_packets(self)
+        # lossy class 0 over XOFF: never pauses anyone
+        pkt0 = udp_pkt(dst=SLOW_NET_HOST, dscp=0, ecn=0)
+        tu.send_packet(self, 4, pkt0)
+        tu.verify_packet(self, routed(pkt0, SLOW_PORT), SLOW_PORT)
+        tu.verify_no_other_packets(self)
+        # the queue drains under XON: XON to ports 2 and 3 only
+        tu.send_packet(self, AGENT_PORT, tick(SLOW_PORT, 3, 0))
+        frames.append(expect_pfc(self, 2, 0))
+        frames.append(expect_pfc(self, 3, 0))
+        tu.verify_no_other_packets(self)
+        assert self.counter("RoceEgress.pfc_egress.pfc_tx", 2 * 8 + 3)[0] >= 2
+        self._tshark(frames)
+
+    def _tshark(self, frames) -> None:
+        import shutil
+        import subprocess
+        import tempfile
+
+        from scapy.utils import wrpcap
+
+        if shutil.which("tshark") is None:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/pfc.pcap"
+            wrpcap(path, [Ether(f) for f in frames])
+            out = subprocess.run(
+                ["tshark", "-r", path, "-T", "fields", "-e", "macc.opcode", "-e",
+                 "macc.cbfc.enbv", "-e", "macc.cbfc.pause_time.c3", "-e", "_ws.malformed"],
+                capture_output=True, text=True).stdout.split("\n")
+        rows = [r.split("\t") for r in out if r.strip()]
+        quanta = profile().pause_quanta
+        assert [r[2] for r in rows] == [str(quanta), str(quanta), "0", "0"], rows
+        assert all(r[0] in ("0x0101", "257") and int(r[1], 0) == 0x08 for r in rows), rows
+        assert all(len(r) < 4 or not r[3] for r in rows), rows
+
+
+class ForgedTickDropped(RoceSwitchTest):
+    """A tick from anywhere but the agent's port is dropped."""
+
+    def runTest(self) -> None:
+        tu.send_packet(self, 1, tick(SLOW_PORT, 3, 10**6))
+        tu.verify_no_other_packets(self)
