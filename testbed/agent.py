@@ -10,6 +10,13 @@ switch's network namespace.
   phantom queue to it and sends XON, or refreshes XOFF, toward the ports it paused.
 * Telemetry: kernel backlog, drops and sent counters per (port, class) and the gate states, as a
   CSV time series (:data:`TELEMETRY_COLUMNS`), and every pause as an event (:data:`EVENT_COLUMNS`).
+* PFC watchdog, as SONiC runs it: every polling interval, a lossless queue that is paused by
+  PFC with packets waiting and none leaving loses one interval of its detection time; at zero it
+  is a storm, and the action applies (drop: stop honouring PFC and discard the queue's packets;
+  forward: stop honouring PFC; alert: log). It is restored once no PFC has arrived for the
+  restoration time. SONiC also asks that the PFC counter rose since the last poll; here a pause
+  lasts up to 3.4 s (the quanta scale with the link), so "a pause is in force" stands for it.
+  The state is written to ``<switch>.pfcwd.json`` for the Mininet CLI's ``pfcwd`` command.
 
 Run by the testbed as ``python -m testbed.agent CONFIG.json``; the config is written by
 :func:`agent_config`.
@@ -55,9 +62,11 @@ TELEMETRY_COLUMNS = [
 ]
 EVENT_COLUMNS = [
     ("t_s", "when (agent clock)"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
-    ("event", "pause, resume (XON) or expire (quanta ran out)"),
+    ("event", "pause, resume (XON), expire (quanta ran out), storm_detected (with the "
+              "watchdog action) or storm_restored"),
     ("quanta", "quanta in the frame"),
     ("reaction_us", "frame received by the kernel to gate command issued"),
+    ("detail", "watchdog: the action taken, the packets dropped"),
 ]
 
 
@@ -82,6 +91,8 @@ class AgentConfig:
     out_dir: str
     max_frame: int = 9014
     tick_src_mac: str = "02:00:00:00:00:fe"
+    watchdog: dict | None = None  # PfcWatchdogConfig as a dict, with "ports": [numbers]
+    state_file: str | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:
@@ -104,11 +115,24 @@ class PauseState:
 
 
 @dataclass
+class WatchdogState:
+    remaining: float = 0.0
+    storm: bool = False
+    detected_at: float = 0.0
+    last_pfc: float = 0.0
+    last_sent: int = -1
+    storms: int = 0
+    dropped: int = 0  # packets discarded by the drop action
+    _drops_base: int = 0
+
+
+@dataclass
 class PortRuntime:
     cfg: AgentPort
     gates: PortGates
     sock: socket.socket
     pause: list[PauseState] = field(default_factory=lambda: [PauseState() for _ in range(8)])
+    wd: list[WatchdogState] = field(default_factory=lambda: [WatchdogState() for _ in range(8)])
 
 
 def tick_frame(src_mac: str, port: int, tc: int, backlog: int) -> bytes:
@@ -171,6 +195,10 @@ class SwitchAgent:
             st = pr.pause[tc]
             st.frames += 1
             self.stats["pfc_rx"] += 1
+            wd = pr.wd[tc]
+            wd.last_pfc = now
+            if wd.storm and self.wd_action in ("drop", "forward"):
+                continue  # the watchdog has this queue stop honouring PFC
             if quanta == 0:
                 if st.until:
                     self._resume(pr, tc, now, "resume", t_kernel)
@@ -186,20 +214,113 @@ class SwitchAgent:
     def _resume(self, pr: PortRuntime, tc: int, now: float, why: str,
                 t_kernel: float | None = None) -> None:
         st = pr.pause[tc]
-        pr.gates.open(tc)
+        if not (pr.wd[tc].storm and self.wd_action == "drop"):
+            pr.gates.open(tc)
         self.stats["gate_changes"] += 1
         st.total += now - st.since
         st.until = 0.0
         self._event(pr, tc, why, 0, t_kernel)
 
     def _event(self, pr: PortRuntime, tc: int, what: str, quanta: int,
-               t_kernel: float | None) -> None:
+               t_kernel: float | None, detail: str = "") -> None:
         reaction = ""
         if t_kernel is not None:
             reaction = f"{(time.time() - t_kernel) * 1e6:.0f}"
         self._ev_w.writerow([f"{self.now():.6f}", self.cfg.switch, pr.cfg.number, tc, what,
-                             quanta, reaction])
+                             quanta, reaction, detail])
         self._ev.flush()
+
+    # -- PFC watchdog -------------------------------------------------------------------
+    @property
+    def wd_action(self) -> str:
+        return (self.cfg.watchdog or {}).get("action", "alert")
+
+    def _wd_ports(self) -> list[int]:
+        w = self.cfg.watchdog or {}
+        if not w.get("enabled"):
+            return []
+        return list(self.ports) if w.get("ports", "all") == "all" else \
+            [p for p in w["ports"] if p in self.ports]
+
+    def watchdog_poll(self) -> None:
+        w = self.cfg.watchdog or {}
+        ports = self._wd_ports()
+        if not ports:
+            return
+        now = self.clock()
+        poll = w["polling_interval_ms"] / 1000
+        detect = w["detection_time_ms"] / 1000
+        restore = w["restoration_time_ms"] / 1000
+        stats = {n: self.ports[n].gates.stats() for n in ports}
+        for n in ports:
+            pr = self.ports[n]
+            for tc in self.cfg.lossless:
+                st = stats[n].get(tc)
+                if st is None:
+                    continue
+                wd = pr.wd[tc]
+                if wd.storm:
+                    if self.wd_action == "drop":
+                        wd.dropped = st.drops - wd._drops_base
+                    if now - wd.last_pfc >= restore:
+                        self._wd_restore(pr, tc, now)
+                    continue
+                paused = bool(pr.pause[tc].until)
+                stuck = paused and st.backlog_packets > 0 and st.sent_packets == wd.last_sent
+                wd.last_sent = st.sent_packets
+                if not stuck:
+                    wd.remaining = detect
+                    continue
+                wd.remaining -= poll
+                if wd.remaining <= 1e-9:
+                    self._wd_detect(pr, tc, now, st)
+        self._write_state()
+
+    def _wd_detect(self, pr: PortRuntime, tc: int, now: float, st) -> None:
+        wd = pr.wd[tc]
+        wd.storm, wd.detected_at = True, now
+        wd.storms += 1
+        action = self.wd_action
+        detail = f"action={action} backlog_packets={st.backlog_packets}"
+        if action in ("drop", "forward"):
+            pause = pr.pause[tc]
+            if pause.until:
+                pause.total += now - pause.since
+                pause.until = 0.0
+        if action == "drop":
+            # discard what is queued and whatever arrives: the class's queue holds nothing
+            pr.gates.drop_all(tc)
+            wd.dropped = st.backlog_packets
+            wd._drops_base = st.drops - st.backlog_packets
+        elif action == "forward":
+            pr.gates.open(tc)
+        self._event(pr, tc, "storm_detected", 0, None, detail)
+
+    def _wd_restore(self, pr: PortRuntime, tc: int, now: float) -> None:
+        wd = pr.wd[tc]
+        if self.wd_action == "drop":
+            pr.gates.restore(tc)
+        wd.storm = False
+        wd.remaining = (self.cfg.watchdog or {}).get("detection_time_ms", 0) / 1000
+        self._event(pr, tc, "storm_restored", 0, None,
+                    f"after {now - wd.detected_at:.3f} s, dropped={wd.dropped}")
+
+    def _write_state(self) -> None:
+        if not self.cfg.state_file:
+            return
+        state = {"switch": self.cfg.switch, "t_s": round(self.now(), 3),
+                 "action": self.wd_action, "queues": []}
+        for n in self._wd_ports():
+            pr = self.ports[n]
+            for tc in self.cfg.lossless:
+                wd = pr.wd[tc]
+                state["queues"].append({
+                    "port": n, "tc": tc, "storm": wd.storm, "storms": wd.storms,
+                    "paused": bool(pr.pause[tc].until), "dropped": wd.dropped,
+                    "detection_left_ms": round(max(wd.remaining, 0) * 1000)})
+        tmp = Path(self.cfg.state_file + ".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.cfg.state_file)
 
     def expire(self) -> None:
         now = self.clock()
@@ -247,7 +368,12 @@ class SwitchAgent:
 
     # -- loop ---------------------------------------------------------------------------
     def run(self) -> None:
-        next_tick = next_sample = self.clock()
+        next_tick = next_sample = next_poll = self.clock()
+        w = self.cfg.watchdog or {}
+        poll_s = w.get("polling_interval_ms", 100) / 1000
+        for pr in self.ports.values():
+            for wd in pr.wd:
+                wd.remaining = w.get("detection_time_ms", 0) / 1000
         socks = list(self.by_sock)
         while self.running:
             now = self.clock()
@@ -257,8 +383,13 @@ class SwitchAgent:
             if now >= next_sample:
                 self.sample()
                 next_sample = now + self.cfg.sample_period_s
+            if w.get("enabled") and now >= next_poll:
+                self.watchdog_poll()
+                next_poll = now + poll_s
             self.expire()
             wake = min(next_tick, next_sample, self.timers[0][0] if self.timers else next_tick)
+            if w.get("enabled"):
+                wake = min(wake, next_poll)
             ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
             for s in ready:
                 pr = self.by_sock[s]
@@ -307,12 +438,19 @@ def main() -> None:
 
 
 def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tick_period_s: float,
-                 sample_period_s: float, out_dir: Path, max_frame: int) -> dict:
+                 sample_period_s: float, out_dir: Path, max_frame: int,
+                 watchdog=None, state_file: Path | None = None) -> dict:
+    wd = None
+    if watchdog is not None:
+        wd = watchdog.model_dump()
+        if wd["ports"] != "all":
+            wd["ports"] = [int(x.split(":")[1]) for x in wd["ports"]
+                           if x.split(":")[0] == switch]
     return asdict(AgentConfig(
         switch=switch, ports=ports, dscp_to_tc=[[d, t] for d, t in qos.dscp_to_tc_map.items()],
         default_tc=qos.default_tc, lossless=list(qos.pfc_enable), tick_ifname=tick_ifname,
         tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
-        max_frame=max_frame))
+        max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None))
 
 
 if __name__ == "__main__":

@@ -261,6 +261,37 @@ class QosConfig(_Strict):
         return v
 
 
+class PfcWatchdogConfig(_Strict):
+    """PFC_WD, with SONiC's names and allowed ranges.
+
+    Not scaled like the link: a storm is a queue held paused with packets waiting and none
+    leaving, which takes the same wall-clock time to judge at any link rate. SONiC's defaults
+    are 200 ms for detection, restoration and polling; these are a little longer so that two
+    cores running a whole fabric do not make a slow poll look like a storm.
+    """
+
+    enabled: bool = Field(False, description="Run the watchdog on every lossless queue.")
+    detection_time_ms: int = Field(
+        400, ge=100, le=5000, description="detection_time: storm after this long (SONiC: "
+        "200 ms default, 100-5000 allowed).")
+    restoration_time_ms: int = Field(
+        800, ge=100, le=60000, description="restoration_time: restore after this long without "
+        "PFC (SONiC: 200 ms default, 100-60000 allowed).")
+    polling_interval_ms: int = Field(
+        100, ge=10, le=1000, description="polling_interval (SONiC: 200 ms default).")
+    action: Literal["drop", "forward", "alert"] = Field(
+        "drop", description="drop: stop honouring PFC and discard the queue's packets; "
+        "forward: stop honouring PFC; alert: log only.")
+    ports: list[str] | Literal["all"] = Field(
+        "all", description="'all', or 'switch:port' names such as 'leaf1:3'.")
+
+    @model_validator(mode="after")
+    def _poll_below_detection(self) -> PfcWatchdogConfig:
+        if self.polling_interval_ms > self.detection_time_ms:
+            raise ValueError("polling_interval_ms must not exceed detection_time_ms")
+        return self
+
+
 class AgentConfig(_Strict):
     """The switch agent: the switch's OS in software."""
 
@@ -269,6 +300,7 @@ class AgentConfig(_Strict):
         "phantom from the kernel and lets the data plane send XON or refresh XOFF.")
     sample_period_ms: float = Field(
         100.0, ge=10, le=10_000, description="Telemetry sampling period.")
+    pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)
 
 
 class FabricConfig(_Strict):

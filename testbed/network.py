@@ -164,7 +164,7 @@ class Fabric:
         self.runtime_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.state.files = [str(self.runtime_dir / f"{s.name}.{ext}") for s in topo.switches
-                            for ext in ("grpc", "tc", "agent.json")]
+                            for ext in ("grpc", "tc", "agent.json", "pfcwd.json")]
         self.state.interfaces = [intf_name(link.a, link.a_port) for link in topo.links] + [
             intf_name(link.b, link.b_port) for link in topo.links
         ] + [i for s in topo.switches for i in tick_intfs(s.name)]
@@ -219,7 +219,8 @@ class Fabric:
                                                 strict=True)]
             conf = agent_config(sw.name, ports, self.cfg.qos, tick_intfs(sw.name)[1],
                                 a.tick_period_ms / 1000, a.sample_period_ms / 1000, out,
-                                self.topo.mtu + 14)
+                                self.topo.mtu + 14, a.pfc_watchdog,
+                                self.runtime_dir / f"{sw.name}.pfcwd.json")
             path = self.runtime_dir / f"{sw.name}.agent.json"
             path.write_text(json.dumps(conf))
             with open(out / f"{sw.name}.agent.log", "w") as log:

@@ -23,6 +23,12 @@ from dataclasses import dataclass
 
 NUM_TCS = 8
 CONTROL_CLASSID = 0x20
+#: A class whose queue keeps nothing: a "kick" frame sent into it makes the kernel run the
+#: port's qdisc once more. tbf stops its own timer when its rate is changed, and htb does not
+#: look at a class again until something is enqueued, so an opened gate with nothing else to
+#: send would keep its held packets until the next frame arrived.
+KICK_CLASSID = 0x21
+ETH_P_KICK = 0x88B7
 OPEN_RATE_BPS = 1_000_000_000  # 1 Gbit/s: far above any emulated link, never the bottleneck
 CLOSED_RATE_BPS = 1_000  # 1 kbit/s (8 bit/s overflows tbf's burst field with jumbo frames)
 
@@ -67,6 +73,9 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
         f"ceil {rate}bit prio 0 burst {burst} cburst {burst} quantum {burst}",
         f"qdisc add dev {dev} parent 1:{CONTROL_CLASSID:x} handle {CONTROL_CLASSID:x}: pfifo "
         "limit 1000",
+        f"class add dev {dev} parent 1:1 classid 1:{KICK_CLASSID:x} htb rate 8000bit "
+        f"ceil {rate}bit prio 7 burst {burst} cburst {burst} quantum {burst}",
+        f"qdisc add dev {dev} parent 1:{KICK_CLASSID:x} handle {KICK_CLASSID:x}: pfifo limit 0",
     ]
     for tc in range(NUM_TCS):
         lines += [
@@ -78,10 +87,12 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
         ]
     lines.append(f"filter add dev {dev} parent 1: protocol 0x8808 prio 1 u32 match u32 0 0 "
                  f"flowid 1:{CONTROL_CLASSID:x}")
+    lines.append(f"filter add dev {dev} parent 1: protocol {ETH_P_KICK:#06x} prio 2 u32 match u32 "
+                 f"0 0 flowid 1:{KICK_CLASSID:x}")
     for dscp, tc in spec.dscp_to_tc:
-        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 2 u32 match ip dsfield "
+        lines.append(f"filter add dev {dev} parent 1: protocol ip prio 3 u32 match ip dsfield "
                      f"{dscp << 2:#04x} 0xfc flowid {class_handle(tc)}")
-    lines.append(f"filter add dev {dev} parent 1: protocol all prio 3 u32 match u32 0 0 "
+    lines.append(f"filter add dev {dev} parent 1: protocol all prio 4 u32 match u32 0 0 "
                  f"flowid {default_flow}")
     return lines
 
@@ -125,10 +136,11 @@ class TcBatch:
             self.proc.wait(2)
 
 
-def gate_command(spec: PortSpec, tc: int, closed: bool) -> str:
+def gate_command(spec: PortSpec, tc: int, closed: bool, limit: int | None = None) -> str:
     rate = CLOSED_RATE_BPS if closed else OPEN_RATE_BPS
+    limit = spec.buffers[tc] if limit is None else limit
     return (f"qdisc change dev {spec.ifname} parent {class_handle(tc)} handle {0x10 + tc:x}: "
-            f"tbf rate {rate}bit burst {max(spec.max_frame, 1600)} limit {spec.buffers[tc]}")
+            f"tbf rate {rate}bit burst {max(spec.max_frame, 1600)} limit {limit}")
 
 
 class PortGates:
@@ -150,6 +162,36 @@ class PortGates:
             raise LookupError(f"no interface {spec.ifname} in this namespace")
         self.ifindex = links[0]
         self.closed = [False] * NUM_TCS
+        self._kick_sock = None
+        self.netns = netns
+
+    def kick(self) -> None:
+        """Run the port's qdisc once (see KICK_CLASSID); the frame itself is dropped there."""
+        import socket
+
+        if self._kick_sock is None:
+            if self.netns:  # a test driving another namespace: no socket of ours there
+                import subprocess
+
+                subprocess.run(["ip", "netns", "exec", self.netns, "python3", "-c",
+                                "import socket;s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW);"
+                                f"s.bind(('{self.spec.ifname}',0));"
+                                f"s.send(b'\\2'*12+bytes.fromhex('{ETH_P_KICK:04x}')+bytes(46))"],
+                               check=False)
+                return
+            self._kick_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            self._kick_sock.bind((self.spec.ifname, 0))
+        with contextlib.suppress(OSError):  # dropped by design: ENOBUFS is the normal answer
+            self._kick_sock.send(b"\x02" * 12 + ETH_P_KICK.to_bytes(2, "big") + bytes(46))
+
+    def _wait_rate(self, tc: int, opened: bool, timeout: float = 0.05) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (self.gate_rate(tc) >= OPEN_RATE_BPS) == opened:
+                return
+            time.sleep(0.0005)
 
     def _set(self, tc: int, closed: bool) -> None:
         self.batch.run(gate_command(self.spec, tc, closed))
@@ -161,6 +203,20 @@ class PortGates:
                 return q.get_attr("TCA_OPTIONS").get_attr("TCA_TBF_PARMS")["rate"] * 8
         raise LookupError(f"no gate for class {tc} on {self.spec.ifname}")
 
+    def drop_all(self, tc: int) -> None:
+        """Watchdog drop: a fresh, open gate that holds nothing (the queue is discarded)."""
+        self.batch.run(gate_command(self.spec, tc, False, limit=1).replace(
+            "qdisc change", "qdisc replace"))
+        self.closed[tc] = False
+
+    def restore(self, tc: int) -> None:
+        """Back to the normal open gate with the class buffer."""
+        self.batch.run(gate_command(self.spec, tc, False).replace("qdisc change",
+                                                                  "qdisc replace"))
+        self.closed[tc] = False
+        self._wait_rate(tc, True)
+        self.kick()
+
     def close(self, tc: int) -> None:
         self._set(tc, True)
         self.closed[tc] = True
@@ -168,6 +224,8 @@ class PortGates:
     def open(self, tc: int) -> None:
         self._set(tc, False)
         self.closed[tc] = False
+        self._wait_rate(tc, True)
+        self.kick()
 
     def stats(self) -> dict[int, ClassStats]:
         out: dict[int, ClassStats] = {}
@@ -184,6 +242,8 @@ class PortGates:
         return out
 
     def shutdown(self) -> None:
+        if self._kick_sock is not None:
+            self._kick_sock.close()
         self.batch.close()
         with contextlib.suppress(Exception):
             self.ipr.close()

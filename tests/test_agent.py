@@ -3,6 +3,7 @@ right time, XON ends a pause early, ticks are sent for backlogged lossless queue
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import subprocess
@@ -29,6 +30,10 @@ def sh(ns: str, *args: str) -> None:
 
 @pytest.fixture
 def agent_ns(tmp_path: Path):
+    yield from _agent_ns(tmp_path, None)
+
+
+def _agent_ns(tmp_path: Path, watchdog):
     ns = f"rta{uuid.uuid4().hex[:6]}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     proc = None
@@ -43,7 +48,7 @@ def agent_ns(tmp_path: Path):
         subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], check=True, text=True,
                        input="\n".join(scheduler_commands(spec)) + "\n")
         conf = agent_config("sw", [AgentPort(1, "sw1", RATE, [100_000] * 8)], qos, "agt",
-                            0.01, 0.05, tmp_path, 9014)
+                            0.01, 0.05, tmp_path, 9014, watchdog, tmp_path / "sw.pfcwd.json")
         path = tmp_path / "agent.json"
         path.write_text(json.dumps(conf))
         AgentConfig.load(path)  # the file round-trips
@@ -62,7 +67,9 @@ def agent_ns(tmp_path: Path):
 def send_from_peer(ns: str, frames: list[bytes], intf: str = "peer") -> None:
     script = ("import socket,sys,json\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n"
               f"s.bind(('{intf}',0))\n"
-              "for h in json.load(sys.stdin): s.send(bytes.fromhex(h))\n")
+              "for h in json.load(sys.stdin):\n"
+              "    try: s.send(bytes.fromhex(h))\n"
+              "    except OSError: pass  # ENOBUFS: the queue dropped it\n")
     subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script], check=True,
                    input=json.dumps([f.hex() for f in frames]), text=True)
 
@@ -134,3 +141,101 @@ def test_tick_frame_layout() -> None:
     f = tick_frame("02:00:00:00:00:fe", 7, 3, 12345)
     assert len(f) == 60 and f[12:14] == b"\x88\xb6"
     assert f[14:16] == b"\x00\x07" and f[16] == 3 and int.from_bytes(f[17:21], "big") == 12345
+
+
+# -- PFC watchdog -------------------------------------------------------------------------
+
+DETECT, RESTORE, POLL = 0.4, 0.6, 0.1
+
+
+def watchdog_ns(tmp_path: Path, action: str):
+    from testbed.config import PfcWatchdogConfig
+
+    wd = PfcWatchdogConfig(enabled=True, detection_time_ms=int(DETECT * 1000),
+                           restoration_time_ms=int(RESTORE * 1000),
+                           polling_interval_ms=int(POLL * 1000), action=action)
+    return _agent_ns(tmp_path, wd)
+
+
+STORM = ("import socket,sys,time\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n"
+         "s.bind(('peer',0))\nf=bytes.fromhex(sys.argv[1])\nend=time.time()+float(sys.argv[2])\n"
+         "while time.time()<end:\n    s.send(f)\n    time.sleep(0.05)\n")
+DATA3 = b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + bytes([0x45, 26 << 2]) + b"\x10\x00" + \
+    b"\x00" * 16 + b"\x00" * 4000
+
+
+def storm(ns: str, seconds: float) -> subprocess.Popen:
+    frame = pfc_frame("02:00:00:00:00:01", {3: 2000}).hex()  # 0.1 s pauses, refreshed
+    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", STORM, frame,
+                             str(seconds)])
+
+
+def class3_stats(ns: str) -> dict:
+    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "-j", "qdisc", "show", "dev",
+                          "sw1"], capture_output=True, text=True).stdout
+    return next(q for q in json.loads(out) if q["handle"] == "13:")
+
+
+def run_storm(tmp_path: Path, action: str):
+    gen = watchdog_ns(tmp_path, action)
+    ns, tmp = next(gen)
+    try:
+        st = storm(ns, 2.0)
+        wait_for(lambda: gate_rate(ns, 3) == "1Kbit")
+        t_start = time.monotonic()
+        send_from_peer(ns, [DATA3] * 5, intf="sw1")  # packets wait in the paused queue
+        time.sleep(DETECT + 3 * POLL)
+        during = class3_stats(ns)
+        gate_during = gate_rate(ns, 3)
+        send_from_peer(ns, [DATA3] * 3, intf="sw1")
+        time.sleep(0.2)
+        after_more = class3_stats(ns)
+        state = json.loads((tmp / "sw.pfcwd.json").read_text())
+        st.wait()
+        time.sleep(RESTORE + 3 * POLL)  # storm over: restored after restoration_time
+        ev = events(tmp)
+        return {"t_start": t_start, "during": during, "after_more": after_more,
+                "gate_during": gate_during, "state": state, "events": ev,
+                "gate_after": gate_rate(ns, 3)}
+    finally:
+        with contextlib.suppress(StopIteration):
+            next(gen)
+
+
+def storm_events(ev: list[dict]) -> list[dict]:
+    return [e for e in ev if e["event"].startswith("storm")]
+
+
+def test_watchdog_drop_detects_discards_and_restores(tmp_path: Path) -> None:
+    r = run_storm(tmp_path, "drop")
+    se = storm_events(r["events"])
+    assert [e["event"] for e in se] == ["storm_detected", "storm_restored"], r["events"]
+    assert "action=drop" in se[0]["detail"]
+    pause_t = float(next(e for e in r["events"] if e["event"] == "pause")["t_s"])
+    detected_after = float(se[0]["t_s"]) - pause_t
+    assert detected_after <= DETECT + POLL + 0.15, detected_after
+    # the queue was discarded, later packets dropped, PFC no longer honoured
+    assert r["during"]["qlen"] == 0 and r["gate_during"] == "1Gbit"
+    assert r["after_more"]["drops"] >= 3
+    assert r["state"]["queues"][0]["storm"] is True
+    assert r["gate_after"] == "1Gbit"
+    restored_after = float(se[1]["t_s"]) - float(se[0]["t_s"])
+    assert restored_after >= RESTORE
+
+
+def test_watchdog_forward_ignores_pauses_and_transmits(tmp_path: Path) -> None:
+    r = run_storm(tmp_path, "forward")
+    se = storm_events(r["events"])
+    assert se and "action=forward" in se[0]["detail"]
+    assert r["gate_during"] == "1Gbit" and r["during"]["qlen"] == 0
+    assert r["after_more"]["drops"] == 0  # transmitted, not dropped
+    assert r["during"]["packets"] >= 5
+
+
+def test_watchdog_alert_only_logs(tmp_path: Path) -> None:
+    r = run_storm(tmp_path, "alert")
+    se = storm_events(r["events"])
+    assert se and "action=alert" in se[0]["detail"]
+    assert r["gate_during"] == "1Kbit"  # still paused
+    # 5 queued: the closing gate lets its burst (two 4 KB frames) go, 3 stay held
+    assert r["during"]["qlen"] >= 3 and r["during"]["drops"] == 0
