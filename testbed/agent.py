@@ -290,8 +290,9 @@ class SwitchAgent:
         if action == "drop":
             # discard what is queued and whatever arrives: the class's queue holds nothing
             pr.gates.drop_all(tc)
+            # the fresh gate counts drops from zero; the purged backlog counts too
             wd.dropped = st.backlog_packets
-            wd._drops_base = st.drops - st.backlog_packets
+            wd._drops_base = -st.backlog_packets
         elif action == "forward":
             pr.gates.open(tc)
         self._event(pr, tc, "storm_detected", 0, None, detail)

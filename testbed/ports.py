@@ -204,9 +204,12 @@ class PortGates:
         raise LookupError(f"no gate for class {tc} on {self.spec.ifname}")
 
     def drop_all(self, tc: int) -> None:
-        """Watchdog drop: a fresh, open gate that holds nothing (the queue is discarded)."""
+        """Watchdog drop: discard the queue (delete the gate) and put back an open gate that
+        holds nothing, so whatever arrives is dropped and counted."""
+        self.batch.run(f"qdisc del dev {self.spec.ifname} parent {class_handle(tc)} "
+                       f"handle {0x10 + tc:x}:")
         self.batch.run(gate_command(self.spec, tc, False, limit=1).replace(
-            "qdisc change", "qdisc replace"))
+            "qdisc change", "qdisc add"))
         self.closed[tc] = False
 
     def restore(self, tc: int) -> None:

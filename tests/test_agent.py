@@ -182,9 +182,16 @@ def run_storm(tmp_path: Path, action: str):
     try:
         st = storm(ns, 2.0)
         wait_for(lambda: gate_rate(ns, 3) == "1Kbit")
-        t_start = time.monotonic()
         send_from_peer(ns, [DATA3] * 5, intf="sw1")  # packets wait in the paused queue
-        time.sleep(DETECT + 3 * POLL)
+        t_start = time.monotonic()
+
+        def detected() -> bool:
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                return json.loads((tmp / "sw.pfcwd.json").read_text())["queues"][0]["storm"]
+            return False
+
+        detect_s = wait_for(detected, timeout=3, step=0.005)
+        time.sleep(0.1)  # let the action take effect
         during = class3_stats(ns)
         gate_during = gate_rate(ns, 3)
         send_from_peer(ns, [DATA3] * 3, intf="sw1")
@@ -194,7 +201,8 @@ def run_storm(tmp_path: Path, action: str):
         st.wait()
         time.sleep(RESTORE + 3 * POLL)  # storm over: restored after restoration_time
         ev = events(tmp)
-        return {"t_start": t_start, "during": during, "after_more": after_more,
+        return {"t_start": t_start, "detect_s": detect_s, "during": during,
+                "after_more": after_more,
                 "gate_during": gate_during, "state": state, "events": ev,
                 "gate_after": gate_rate(ns, 3)}
     finally:
@@ -211,13 +219,15 @@ def test_watchdog_drop_detects_discards_and_restores(tmp_path: Path) -> None:
     se = storm_events(r["events"])
     assert [e["event"] for e in se] == ["storm_detected", "storm_restored"], r["events"]
     assert "action=drop" in se[0]["detail"]
-    pause_t = float(next(e for e in r["events"] if e["event"] == "pause")["t_s"])
-    detected_after = float(se[0]["t_s"]) - pause_t
-    assert detected_after <= DETECT + POLL + 0.15, detected_after
+    # detected within detection_time + polling_interval of the queue getting stuck (plus the
+    # time to see the state file change)
+    assert DETECT - POLL <= r["detect_s"] <= DETECT + POLL + 0.1, r["detect_s"]
     # the queue was discarded, later packets dropped, PFC no longer honoured
     assert r["during"]["qlen"] == 0 and r["gate_during"] == "1Gbit"
     assert r["after_more"]["drops"] >= 3
     assert r["state"]["queues"][0]["storm"] is True
+    restored = storm_events(r["events"])[1]["detail"]
+    assert int(restored.split("dropped=")[1]) >= 3 + 3  # the purged queue and later arrivals
     assert r["gate_after"] == "1Gbit"
     restored_after = float(se[1]["t_s"]) - float(se[0]["t_s"])
     assert restored_after >= RESTORE
