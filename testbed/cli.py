@@ -149,6 +149,42 @@ def _stop_all(gentle: bool) -> None:
 
 
 @app.command()
+def run(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (see scenarios/).")],
+    results: Annotated[Path, typer.Option(help="Where results folders are written.")] = Path(
+        "results"),
+) -> None:
+    """Run a scenario: fabric, QoS, watchdog, flows and faults on a timeline; write results."""
+    from testbed.scenario import load_scenario, run_scenario
+
+    try:
+        sc = load_scenario(scenario)
+    except ConfigError as exc:
+        _fail(exc.render())
+    if os.geteuid() != 0:
+        _fail("the testbed needs root for namespaces and veths: run it with sudo")
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    from testbed.bmv2 import SwitchStartError
+    from testbed.control import ControlPlaneError
+    from testbed.network import FabricError
+
+    try:
+        res = run_scenario(sc, results, progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
+    except (SwitchStartError, ControlPlaneError, FabricError) as exc:
+        _fail(str(exc), 1)
+    except KeyboardInterrupt:
+        console.print("interrupted: the fabric was torn down; partial results were kept")
+        raise typer.Exit(130) from None
+    s = res.summary
+    console.print(f"[green]done[/green]: results in {res.results_dir}")
+    for name, f in s.get("flows", {}).items():
+        console.print(f"  flow {name}: {f['src']} -> {f['dst']}, {f['bytes_received']} bytes")
+    for e in s.get("watchdog_events", []):
+        console.print(f"  watchdog: {e['switch']} port {e['port']} class {e['tc']}: "
+                      f"{e['event']} {e.get('detail', '')}")
+
+
+@app.command()
 def down() -> None:
     """Stop every running fabric and remove what it created."""
     _stop_all(gentle=True)

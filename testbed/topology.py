@@ -98,6 +98,8 @@ class Topology:
     hosts: list[Host]
     links: list[Link]
     mtu: int
+    #: Static route overrides (path pinning, bounce routes): switch -> prefix -> ports.
+    overrides: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def switches(self) -> list[Switch]:
@@ -124,6 +126,8 @@ class Topology:
             "leaves": [_switch_dict(s) for s in self.leaves],
             "hosts": [asdict(h) for h in self.hosts],
             "links": [asdict(link) for link in self.links],
+            "route_overrides": {sw: {pfx: list(ports) for pfx, ports in o.items()}
+                                for sw, o in self.overrides.items()},
             "routes": {
                 s.name: [
                     {"prefix": r.prefix, "nexthops": [asdict(n) for n in r.nexthops]}
@@ -214,13 +218,43 @@ def _peer_mac(topo: Topology, port: Port) -> str:
     return peer.ports[port.peer_port].mac
 
 
+def pin_route(topo: Topology, switch: str, prefix: str, via: str) -> None:
+    """Send ``prefix`` from ``switch`` through the links to ``via`` only (a static override).
+
+    Raises KeyError/ValueError naming the switch, neighbour or prefix that does not fit."""
+    sw = topo.switch(switch)
+    ports = tuple(p.number for p in sw.ports.values() if p.peer == via)
+    if not ports:
+        peers = sorted({p.peer for p in sw.ports.values()})
+        raise ValueError(f"{switch} has no link to {via!r}; its neighbours: {', '.join(peers)}")
+    IPv4Network(prefix)
+    topo.overrides.setdefault(switch, {})[prefix] = ports
+
+
+def _nexthop(topo: Topology, sw: Switch, port: int) -> NextHop:
+    p = sw.ports[port]
+    if p.peer.startswith("spine") or p.peer.startswith("leaf"):
+        return NextHop(port, p.mac, _peer_mac(topo, p))
+    return NextHop(port, p.mac, topo.host(p.peer).mac)
+
+
 def compute_routes(topo: Topology, sw: Switch) -> list[Route]:
-    """Routes of one switch.
+    """Routes of one switch, with the topology's overrides applied.
 
     A leaf reaches its own hosts directly (/32) and every other leaf's subnet through all its
     spine uplinks; a spine reaches each leaf's subnet through all its links to that leaf.
-    Valley-free, so the routes alone can never form a loop.
+    Valley-free, so these routes alone can never form a loop; overrides can (on purpose).
     """
+    routes = _default_routes(topo, sw)
+    over = topo.overrides.get(sw.name, {})
+    if over:
+        routes = [r for r in routes if r.prefix not in over]
+        routes += [Route(pfx, tuple(_nexthop(topo, sw, p) for p in ports))
+                   for pfx, ports in over.items()]
+    return routes
+
+
+def _default_routes(topo: Topology, sw: Switch) -> list[Route]:
     routes: list[Route] = []
     if sw.role == "leaf":
         for h in topo.hosts:

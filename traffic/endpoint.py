@@ -546,10 +546,18 @@ class Endpoint:
         if cmd == "fault":
             return {"ok": True, "fault": self.set_fault(**{k: v for k, v in req.items()
                                                            if k != "cmd"})}
+        if cmd == "halt":  # the application stops: every QP drops what it had to send
+            for st in self._requesters:
+                st.post_until = 0.0
+                st.requester.pending.clear()
+                st.requester._pending_offset = 0
+                st.requester.unacked.clear()
+                st.requester.cursor = 0
+            return {"ok": True}
         if cmd == "stop":
             self._running = False
             return {"ok": True}
-        raise ValueError(f"unknown cmd {cmd!r}; use qp, post, stats, fault or stop")
+        raise ValueError(f"unknown cmd {cmd!r}; use qp, post, stats, fault, halt or stop")
 
     def _serve_client(self, c: socket.socket) -> None:
         try:

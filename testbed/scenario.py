@@ -1,0 +1,318 @@
+"""Scenarios: a fabric, its QoS and watchdog, flows and faults on a timeline, and a results
+folder. `testbed run SCENARIO.yaml` runs one; every experiment of the lab is such a file.
+
+A scenario file holds the fabric config sections (name, fabric, ecmp, switch, qos, agent), plus:
+
+    duration_s: 20            # the run ends here (senders stop, counters are read)
+    settle_s: 2               # then this long with no traffic, to see what stays stuck
+    endpoints: {dcqcn: true}  # the hosts' RoCE NICs
+    routes:                   # static overrides: path pinning, bounce routes
+      - {switch: leaf1, prefix: 10.0.3.0/24, via: spine1}
+    flows:                    # traffic.flows.FlowSpec
+      - {name: a, src: h1, dst: h3, message_bytes: 65536, duration_s: 10}
+    faults:
+      - {at_s: 0, link_down: [spine1, leaf3]}
+      - {at_s: 5, link_up: [spine1, leaf3]}
+      - {at_s: 2, host: h4, mode: storm, tc: 3, until_s: 8}
+      - {at_s: 2, host: h2, mode: slow_receiver, max_rx_pps: 50}
+
+The results folder gets the resolved config and topology, the agents' telemetry and events,
+the endpoints' per-QP series, P4 counters sampled over the run (``p4_counters.csv``), and
+``summary.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from testbed.config import ConfigError, FabricConfig, _explain, parse_config
+from testbed.topology import Topology, build_topology, intf_name, pin_route
+from traffic.flows import FlowRunner, FlowSpec
+
+
+class RouteOverride(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    switch: str
+    prefix: str
+    via: str
+
+
+class Fault(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    at_s: float = Field(ge=0)
+    link_down: tuple[str, str] | None = None
+    link_up: tuple[str, str] | None = None
+    host: str | None = None
+    mode: Literal["storm", "slow_receiver", "none"] | None = None
+    tc: int = Field(3, ge=0, le=7)
+    until_s: float | None = Field(None, gt=0)
+    max_rx_pps: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Fault:
+        kinds = [self.link_down is not None, self.link_up is not None, self.mode is not None]
+        if sum(kinds) != 1:
+            raise ValueError("a fault is exactly one of link_down, link_up, or a host mode")
+        if self.mode is not None and self.host is None:
+            raise ValueError(f"mode {self.mode} needs a host")
+        if self.mode == "slow_receiver" and self.max_rx_pps is None:
+            raise ValueError("slow_receiver needs max_rx_pps")
+        if self.until_s is not None and self.until_s <= self.at_s:
+            raise ValueError("until_s must be after at_s")
+        return self
+
+
+class EndpointOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dcqcn: bool = True
+
+
+class ScenarioExtras(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    duration_s: float = Field(10.0, gt=0, le=3600)
+    settle_s: float = Field(2.0, ge=0, le=600)
+    sample_period_s: float = Field(0.5, ge=0.05, le=60)
+    endpoints: EndpointOptions = Field(default_factory=EndpointOptions)
+    routes: list[RouteOverride] = Field(default_factory=list)
+    flows: list[FlowSpec] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list)
+
+
+FABRIC_KEYS = {"name", "fabric", "ecmp", "switch", "qos", "agent"}
+
+
+@dataclass
+class Scenario:
+    cfg: FabricConfig
+    extras: ScenarioExtras
+    topo: Topology
+    source: str = "scenario"
+
+
+def _links(topo: Topology) -> set[frozenset[str]]:
+    return {frozenset((link.a, link.b)) for link in topo.links}
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(["no such file; give the path of a scenario YAML file"], str(p))
+    try:
+        data: Any = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML ({exc})"], str(p)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(["the top level must be a mapping"], str(p))
+    return parse_scenario(data, str(p))
+
+
+def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
+    problems: list[str] = []
+    cfg = None
+    try:
+        cfg = parse_config({k: v for k, v in data.items() if k in FABRIC_KEYS}, source)
+    except ConfigError as exc:
+        problems += exc.problems
+    extras = None
+    try:
+        extras = ScenarioExtras.model_validate({k: v for k, v in data.items()
+                                                if k not in FABRIC_KEYS})
+    except ValidationError as err:
+        problems += _explain(ScenarioExtras, err)
+    if cfg is None or extras is None:
+        raise ConfigError(problems, source)
+    topo = build_topology(cfg)
+    hosts = {h.name for h in topo.hosts}
+    switches = {s.name for s in topo.switches}
+    links = _links(topo)
+    end = extras.duration_s
+    for i, f in enumerate(extras.flows):
+        for role in ("src", "dst"):
+            h = getattr(f, role)
+            if h not in hosts:
+                problems.append(f"flows.{i}.{role}: unknown host {h!r}; hosts are "
+                                f"{', '.join(sorted(hosts, key=lambda x: int(x[1:])))}")
+        if f.start_s >= end:
+            problems.append(f"flows.{i}.start_s: {f.start_s} is past the end (duration_s {end})")
+    for i, fl in enumerate(extras.faults):
+        if fl.at_s >= end:
+            problems.append(f"faults.{i}.at_s: {fl.at_s} is past the end (duration_s {end})")
+        if fl.until_s is not None and fl.until_s > end:
+            problems.append(f"faults.{i}.until_s: {fl.until_s} is past the end "
+                            f"(duration_s {end})")
+        for kind in ("link_down", "link_up"):
+            pair = getattr(fl, kind)
+            if pair is not None and frozenset(pair) not in links:
+                problems.append(f"faults.{i}.{kind}: there is no link {pair[0]}-{pair[1]}")
+        if fl.host is not None and fl.host not in hosts:
+            problems.append(f"faults.{i}.host: unknown host {fl.host!r}")
+    for i, r in enumerate(extras.routes):
+        if r.switch not in switches:
+            problems.append(f"routes.{i}.switch: unknown switch {r.switch!r}")
+            continue
+        try:
+            pin_route(topo, r.switch, r.prefix, r.via)
+        except ValueError as exc:
+            problems.append(f"routes.{i}: {exc}")
+    if problems:
+        raise ConfigError(problems, source)
+    return Scenario(cfg, extras, topo, source)
+
+
+# -- running ----------------------------------------------------------------------------------
+
+@dataclass
+class RunResult:
+    results_dir: Path
+    summary: dict = field(default_factory=dict)
+
+
+def _set_link(fabric, pair: tuple[str, str], up: bool) -> None:
+    state = "up" if up else "down"
+    for link in fabric.topo.links:
+        if {link.a, link.b} == set(pair):
+            for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
+                fabric.net.get(node).cmd(f"ip link set dev {intf_name(node, port)} {state}")
+
+
+class CounterSampler(threading.Thread):
+    """P4 counters of every switch over the run, as rows of (t, switch, counter, index, value)."""
+
+    COUNTERS = ("RoceIngress.rx_port", "RoceEgress.tx_port", "RoceEgress.tx_port_tc",
+                "RoceIngress.pfc_rx", "RoceEgress.pfc_egress.pfc_tx",
+                "RoceIngress.lossless.ecn_marked", "RoceIngress.drops")
+
+    def __init__(self, fabric, path: Path, period: float) -> None:
+        super().__init__(daemon=True)
+        self.fabric, self.path, self.period = fabric, path, period
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        with open(self.path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["t_s", "switch", "counter", "index", "packets", "bytes"])
+            while not self.stop_event.wait(self.period):
+                t = f"{time.monotonic() - t0:.3f}"
+                for name, sess in list(self.fabric.sessions.items()):
+                    for c in self.COUNTERS:
+                        try:
+                            cells = sess.read_counter(c)
+                        except Exception:  # a switch going down at the end of the run
+                            continue
+                        for idx, (pk, by) in sorted(cells.items()):
+                            w.writerow([t, name, c, idx, pk, by])
+                fh.flush()
+
+
+def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
+    from testbed.measure import fabric_counters, hidden_loss, kernel_drops
+    from testbed.network import Fabric
+
+    run_dir = results_root / f"{sc.cfg.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "scenario.json").write_text(json.dumps(
+        {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
+        indent=2))
+    res = RunResult(run_dir)
+    fabric = Fabric(sc.cfg, sc.topo, run_dir, progress=progress)
+    timeline: list[dict] = []
+    sampler = None
+    try:
+        fabric.start()
+        eps = fabric.start_endpoints([] if sc.extras.endpoints.dcqcn else ["--no-dcqcn"])
+        runner = FlowRunner(sc.extras.flows, eps, {h.name: h.ip for h in sc.topo.hosts})
+        sampler = CounterSampler(fabric, run_dir / "p4_counters.csv", sc.extras.sample_period_s)
+        sampler.start()
+        events = sorted(
+            [(f.at_s, "fault", f) for f in sc.extras.faults]
+            + [(f.until_s, "fault_end", f) for f in sc.extras.faults if f.until_s is not None],
+            key=lambda e: e[0])
+        t0 = time.monotonic()
+        runner.start(t0)
+        progress(f"running for {sc.extras.duration_s:g} s")
+        for at, kind, f in events:
+            delay = t0 + at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            what = _apply_fault(fabric, f, end=(kind == "fault_end"))
+            timeline.append({"t_s": round(time.monotonic() - t0, 3), "event": what})
+        delay = t0 + sc.extras.duration_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        runner.stop()
+        for c in eps.values():  # senders stop: what the network holds now stays or drains
+            c.call(cmd="halt")
+        timeline.append({"t_s": round(time.monotonic() - t0, 3), "event": "senders stop"})
+        time.sleep(sc.extras.settle_s)
+        counters = fabric_counters(fabric)
+        res.summary = _summary(sc, fabric, eps, runner, counters, timeline)
+        res.summary["kernel_drops_lossless"] = sum(kernel_drops(counters, tc)
+                                                   for tc in sc.cfg.qos.pfc_enable)
+        res.summary["hidden_loss"] = hidden_loss(counters)
+    finally:
+        if sampler is not None:
+            sampler.stop_event.set()
+            sampler.join(timeout=5)
+        fabric.stop()
+        res.summary.setdefault("timeline", timeline)
+        res.summary["watchdog_events"] = _watchdog_events(run_dir)
+        (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
+    return res
+
+
+def _apply_fault(fabric, f: Fault, end: bool) -> str:
+    if f.link_down is not None:
+        _set_link(fabric, f.link_down, up=False)
+        return f"link {f.link_down[0]}-{f.link_down[1]} down"
+    if f.link_up is not None:
+        _set_link(fabric, f.link_up, up=True)
+        return f"link {f.link_up[0]}-{f.link_up[1]} up"
+    c = fabric.endpoints[f.host]
+    if end or f.mode == "none":
+        c.call(cmd="fault", mode="none")
+        return f"{f.host}: fault ends"
+    req: dict = {"mode": f.mode, "tc": f.tc}
+    if f.max_rx_pps:
+        req["max_rx_pps"] = f.max_rx_pps
+    c.call(cmd="fault", **req)
+    return f"{f.host}: {f.mode} (class {f.tc})"
+
+
+def _watchdog_events(run_dir: Path) -> list[dict]:
+    out = []
+    for p in sorted(run_dir.glob("telemetry/*.events.csv")):
+        with open(p) as fh:
+            out += [r for r in csv.DictReader(fh) if r["event"].startswith("storm")]
+    return out
+
+
+def _summary(sc: Scenario, fabric, eps, runner, counters, timeline) -> dict:
+    flows = {}
+    for f in sc.extras.flows:
+        src = eps[f.src].call(cmd="stats")["qps"]
+        dst = eps[f.dst].call(cmd="stats")["qps"]
+        qps = []
+        for a in runner.assignments[f.name]:
+            s, d = src.get(str(a.requester_qpn), {}), dst.get(str(a.responder_qpn), {})
+            qps.append({"qpn": a.requester_qpn, "bytes_acked": s.get("bytes_acked", 0),
+                        "bytes_received": d.get("bytes", 0),
+                        "retransmitted": s.get("retransmitted", 0), "naks": s.get("naks", 0),
+                        "cnps_received": s.get("cnps_received", 0),
+                        "complete": s.get("idle", False)})
+        flows[f.name] = {"src": f.src, "dst": f.dst, "qps": qps,
+                         "bytes_received": sum(q["bytes_received"] for q in qps)}
+    pfc_tx = {name: sum(sc_.pfc_tx.values()) for name, sc_ in counters.items()}
+    return {"scenario": sc.cfg.name, "duration_s": sc.extras.duration_s, "flows": flows,
+            "pfc_frames_sent": pfc_tx, "timeline": timeline,
+            "flow_errors": runner.errors}

@@ -1,0 +1,92 @@
+"""Scenario files: the shipped ones load; each kind of mistake gets its own clear message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.config import ConfigError
+from testbed.scenario import load_scenario, parse_scenario
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = {"fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 1}, "duration_s": 10,
+        "flows": [{"name": "a", "src": "h1", "dst": "h3", "count": 1}]}
+
+
+def problems(extra: dict) -> str:
+    data = {**BASE, **extra}
+    with pytest.raises(ConfigError) as info:
+        parse_scenario(data)
+    return info.value.render()
+
+
+def test_shipped_scenarios_load() -> None:
+    files = sorted((REPO / "scenarios").glob("*.yaml"))
+    assert len(files) >= 5
+    for f in files:
+        load_scenario(f)
+
+
+def test_deadlock_scenario_builds_the_bounce_routes() -> None:
+    sc = load_scenario(REPO / "scenarios" / "deadlock-watchdog-off.yaml")
+    from testbed.topology import compute_routes
+
+    def port_to(sw: str, prefix: str) -> list[str]:
+        s = sc.topo.switch(sw)
+        r = next(r for r in compute_routes(sc.topo, s) if r.prefix == prefix)
+        return [s.ports[nh.port].peer for nh in r.nexthops]
+
+    assert port_to("leaf1", "10.0.3.0/24") == ["spine1"]
+    assert port_to("spine1", "10.0.3.0/24") == ["leaf2"]
+    assert port_to("leaf2", "10.0.3.0/24") == ["spine2"]
+    assert port_to("spine2", "10.0.4.0/24") == ["leaf1"]
+
+
+def test_unknown_host() -> None:
+    msg = problems({"flows": [{"name": "a", "src": "h9", "dst": "h3", "count": 1}]})
+    assert "flows.0.src: unknown host 'h9'" in msg
+
+
+def test_link_that_does_not_exist() -> None:
+    msg = problems({"faults": [{"at_s": 1, "link_down": ["leaf1", "leaf2"]}]})
+    assert "faults.0.link_down: there is no link leaf1-leaf2" in msg
+
+
+def test_time_past_the_end() -> None:
+    msg = problems({"faults": [{"at_s": 12, "link_down": ["spine1", "leaf1"]}]})
+    assert "faults.0.at_s: 12.0 is past the end (duration_s 10" in msg
+    msg = problems({"flows": [{"name": "a", "src": "h1", "dst": "h3", "count": 1,
+                               "start_s": 11}]})
+    assert "flows.0.start_s" in msg and "past the end" in msg
+
+
+def test_watchdog_time_out_of_range() -> None:
+    msg = problems({"agent": {"pfc_watchdog": {"enabled": True, "detection_time_ms": 50}}})
+    assert "agent.pfc_watchdog.detection_time_ms" in msg and "100" in msg
+    msg = problems({"agent": {"pfc_watchdog": {"restoration_time_ms": 70000}}})
+    assert "agent.pfc_watchdog.restoration_time_ms" in msg
+
+
+def test_route_via_a_non_neighbour() -> None:
+    msg = problems({"routes": [{"switch": "leaf1", "prefix": "10.0.3.0/24", "via": "leaf2"}]})
+    assert "routes.0: leaf1 has no link to 'leaf2'" in msg
+
+
+def test_every_mistake_is_listed_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_scenario({**BASE, "flows": [{"name": "a", "src": "h9", "dst": "h3", "count": 1}],
+                        "faults": [{"at_s": 30, "link_up": ["x", "y"]}]})
+    assert len(info.value.problems) == 3
+
+
+def test_cli_reports_mistakes_without_traceback(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("fabric: {spines: 2, leaves: 2, hosts_per_leaf: 1}\nduration_s: 5\n"
+                 "flows: [{name: a, src: h1, dst: h7, count: 1}]\n")
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(f)],
+                       capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 2
+    assert "flows.0.dst: unknown host 'h7'" in r.stderr and "Traceback" not in r.stderr
