@@ -117,9 +117,10 @@ def up(
             console.print(f"{node_name}$ {command} -> exit {rc_val}")
             status = status or rc_val
         if not pingall and not exec_:
-            from mininet.cli import CLI
+            from testbed.mncli import TestbedCLI
 
-            CLI(fabric.net)
+            console.print("Mininet CLI; testbed commands: pfcwd [SWITCH], ports SWITCH")
+            TestbedCLI(fabric.net, fabric)
     except KeyboardInterrupt:
         console.print("interrupted: tearing the fabric down")
         status = 130
