@@ -186,6 +186,16 @@ def run(
 
 
 @app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="A results folder.")]) -> None:
+    """(Re)draw a results folder's report.png and report.md."""
+    from testbed.report import make_report
+
+    if not run_dir.is_dir():
+        _fail(f"no results folder at {run_dir}")
+    console.print(f"wrote {make_report(run_dir)}")
+
+
+@app.command()
 def down() -> None:
     """Stop every running fabric and remove what it created."""
     _stop_all(gentle=True)

@@ -268,6 +268,12 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
         res.summary.setdefault("timeline", timeline)
         res.summary["watchdog_events"] = _watchdog_events(run_dir)
         (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
+        try:
+            from testbed.report import make_report
+
+            make_report(run_dir)
+        except Exception as exc:  # a report must not hide the results it reports on
+            progress(f"report not written: {exc}")
     return res
 
 

@@ -1,0 +1,99 @@
+"""A results folder's plots and report: what a scenario did, in pictures a student can read.
+
+``report.png`` has three panels over the run's time: each sending QP's goodput, the kernel
+backlog of every lossless queue that held anything (the queues PFC guards), and when each
+port's class was paused. ``report.md`` says what ran and what came out.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def make_report(run_dir: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=False)
+    ax_rate, ax_q, ax_p = axes
+    # 1. goodput per sending QP (endpoint time series)
+    for f in sorted(run_dir.glob("endpoints/*/qp_timeseries.csv")):
+        host = f.parent.name
+        series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in _rows(f):
+            if r["role"] == "requester":
+                series[r["qpn"]].append((float(r["t_s"]), float(r["goodput_bps"]) / 1e6))
+        for qpn, pts in series.items():
+            if any(v for _, v in pts):
+                ax_rate.plot([t for t, _ in pts], [v for _, v in pts], label=f"{host} QP {qpn}")
+    ax_rate.set_ylabel("goodput (Mbit/s)")
+    ax_rate.set_title("senders")
+    if ax_rate.lines:
+        ax_rate.legend(fontsize=7, ncol=3)
+    # 2 and 3. lossless queues and pauses (agent telemetry)
+    paused_rows = []
+    for f in sorted(run_dir.glob("telemetry/*.telemetry.csv")):
+        series = defaultdict(list)
+        for r in _rows(f):
+            key = f"{r['switch']}:{r['port']} tc{r['tc']}"
+            series[key].append((float(r["t_s"]), int(r["backlog_bytes"]) / 1000,
+                                int(r["paused"])))
+        for key, pts in series.items():
+            if any(b for _, b, _ in pts):
+                ax_q.plot([t for t, _, _ in pts], [b for _, b, _ in pts], label=key)
+            if any(p for _, _, p in pts):
+                paused_rows.append((key, pts))
+    ax_q.set_ylabel("kernel backlog (KB)")
+    ax_q.set_title("switch queues that held packets")
+    if ax_q.lines:
+        ax_q.legend(fontsize=7, ncol=3)
+    for i, (_key, pts) in enumerate(paused_rows):
+        spans = []
+        start = None
+        for t, _, p in pts:
+            if p and start is None:
+                start = t
+            elif not p and start is not None:
+                spans.append((start, t - start))
+                start = None
+        if start is not None:
+            spans.append((start, pts[-1][0] - start))
+        ax_p.broken_barh(spans, (i - 0.4, 0.8))
+    ax_p.set_yticks(range(len(paused_rows)), [k for k, _ in paused_rows], fontsize=7)
+    ax_p.set_title("paused by PFC")
+    ax_p.set_xlabel("time (s)")
+    fig.tight_layout()
+    png = run_dir / "report.png"
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+    _markdown(run_dir)
+    return png
+
+
+def _markdown(run_dir: Path) -> None:
+    summary = {}
+    if (run_dir / "summary.json").exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
+    lines = [f"# {summary.get('scenario', run_dir.name)}", "", "![report](report.png)", ""]
+    for name, f in summary.get("flows", {}).items():
+        lines.append(f"- flow **{name}** {f['src']} -> {f['dst']}: {f['bytes_received']} bytes "
+                     f"received, {sum(q['retransmitted'] for q in f['qps'])} packets resent")
+    if "kernel_drops_lossless" in summary:
+        lines.append(f"- drops in lossless classes: {summary['kernel_drops_lossless']}; hidden "
+                     f"loss in front of BMv2: {sum(summary.get('hidden_loss', {}).values())}")
+    for e in summary.get("watchdog_events", []):
+        lines.append(f"- watchdog {e['event']} on {e['switch']} port {e['port']} class "
+                     f"{e['tc']} at {e['t_s']} s {e.get('detail', '')}")
+    for e in summary.get("timeline", []):
+        lines.append(f"- t={e['t_s']} s: {e['event']}")
+    (run_dir / "report.md").write_text("\n".join(lines) + "\n")
