@@ -78,3 +78,13 @@ def test_image_build_without_docker_engine_is_a_clear_error() -> None:
                        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert r.returncode == 1
     assert "no Docker engine answers" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_results_doc_names_every_column() -> None:
+    from testbed.agent import EVENT_COLUMNS, TELEMETRY_COLUMNS
+    from traffic.endpoint import MESSAGE_COLUMNS, QP_COLUMNS
+
+    doc = (Path(__file__).parent.parent / "docs" / "RESULTS.md").read_text()
+    for cols in (TELEMETRY_COLUMNS, EVENT_COLUMNS, QP_COLUMNS, MESSAGE_COLUMNS):
+        for name, meaning in cols:
+            assert f"| `{name}` | {meaning} |" in doc, name
