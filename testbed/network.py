@@ -51,7 +51,7 @@ class Bmv2Switch(Switch):
     """A BMv2 simple_switch_grpc in its own network namespace."""
 
     def __init__(self, name: str, bmv2: Bmv2Options, **params) -> None:
-        params.setdefault("inNamespace", True)
+        params["inNamespace"] = True  # Mininet passes its own default (False): override it
         super().__init__(name, dpid=f"{bmv2.device_id:x}", **params)
         self.bmv2 = Bmv2Process(bmv2)
         # Before any link exists, so no interface ever gets an IPv6 link-local address.
@@ -60,7 +60,7 @@ class Bmv2Switch(Switch):
     def prepare(self, mtu: int, schedulers: list[PortSpec], batch_file: Path) -> None:
         """MTU and offloads on every port, the agent's tick port, and each port's scheduler."""
         tick, agt = tick_intfs(self.name)
-        cmds = [f"sysctl -qw net.core.wmem_default={SWITCH_WMEM_BYTES}",
+        cmds = [f"sysctl -qw net.core.wmem_default={SWITCH_WMEM_BYTES}", "ip link set lo up",
                 f"ip link add dev {tick} type veth peer name {agt}"]
         for intf in [*self.intfNames(), tick, agt]:
             if intf == "lo":
