@@ -18,6 +18,11 @@ const bit<16> PFC_MCAST_GROUP       = 1;        /* every port but the agent's */
 const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 const bit<32> PKT_INSTANCE_TYPE_REPLICATION   = 5;
 #define FL_PFC 1
+/* What the lossless control is asked to do with a packet (meta.lossless_kind). */
+const bit<2>  LOSSLESS_NONE = 0;
+const bit<2>  LOSSLESS_PFC  = 1;   /* a PFC frame received */
+const bit<2>  LOSSLESS_TICK = 2;   /* the agent's tick */
+const bit<2>  LOSSLESS_DATA = 3;   /* a routed data packet */
 const bit<9>  AGENT_PORT            = 500;      /* the switch agent's own port */
 
 /* Counter arrays are indexed by port * NUM_TCS + class. */
@@ -125,6 +130,7 @@ struct metadata_t {
     bit<16>     l4_src_port;
     bit<16>     l4_dst_port;
     /* Lossless: the queue a packet is for, its phantom occupancy, and the queue's profile. */
+    bit<2>      lossless_kind;
     bit<48>     now;
     bit<32>     q_port;
     tc_t        q_tc;

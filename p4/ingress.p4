@@ -84,6 +84,7 @@ control RoceIngress(inout headers_t hdr,
         rx_port.count(in_port);
         meta.tc = 0;
         meta.drop = 0;
+        meta.lossless_kind = LOSSLESS_NONE;
 
         if (std_meta.parser_error != error.NoError) {
             drop_with(DROP_PARSE_ERROR);
@@ -100,12 +101,12 @@ control RoceIngress(inout headers_t hdr,
                 if (hdr.pfc.class_enable[6:6] == 1) { pfc_rx.count(base + 6); }
                 if (hdr.pfc.class_enable[7:7] == 1) { pfc_rx.count(base + 7); }
             }
-            lossless.apply(hdr, meta, std_meta);
+            meta.lossless_kind = LOSSLESS_PFC;
             drop_with(DROP_PFC_CONSUMED);
         } else if (hdr.tick.isValid()) {
             /* Only the switch's own agent may tick; from anywhere else it is dropped. */
             if (std_meta.ingress_port == AGENT_PORT) {
-                lossless.apply(hdr, meta, std_meta);
+                meta.lossless_kind = LOSSLESS_TICK;
             } else {
                 drop_with(DROP_NOT_IPV4);
             }
@@ -129,11 +130,14 @@ control RoceIngress(inout headers_t hdr,
                 if (!ipv4_route.apply().hit) {
                     drop_with(DROP_NO_ROUTE);
                 } else {
-                    lossless.apply(hdr, meta, std_meta);
+                    meta.lossless_kind = LOSSLESS_DATA;
                 }
             }
         }
 
+        if (meta.lossless_kind != LOSSLESS_NONE) {
+            lossless.apply(hdr, meta, std_meta);
+        }
         std_meta.priority = meta.tc;
         rx_port_tc.count(in_port * NUM_TCS + (bit<32>) meta.tc);
         if (meta.drop == 1) {

@@ -95,7 +95,7 @@ control RoceLossless(inout headers_t hdr,
     apply {
         meta.now = std_meta.ingress_global_timestamp;
 
-        if (hdr.pfc.isValid()) {
+        if (meta.lossless_kind == LOSSLESS_PFC) {
             /* A PFC frame from the peer of this port: the phantoms of its classes stop draining
              * for the pause time (the agent closes the kernel gates). */
             ingress_port_quantum.apply();
@@ -132,88 +132,87 @@ control RoceLossless(inout headers_t hdr,
                 paused_until.write(base + 7, meta.now +
                     (bit<48>) (((bit<64>) hdr.pfc.time7 * (bit<64>) meta.quantum_us_q10) >> 10));
             }
-            return;
-        }
-
-        if (hdr.tick.isValid()) {
-            /* The agent's tick for (port, class): resync, record the drift, XON or refresh. */
-            meta.q_port = (bit<32>) hdr.tick.port;
-            meta.q_tc = (tc_t) hdr.tick.tc;
-            bit<32> idx = meta.q_port * NUM_TCS + (bit<32>) hdr.tick.tc;
-            ticks.count(idx);
+        } else {
+            bool is_tick = meta.lossless_kind == LOSSLESS_TICK;
+            if (is_tick) {
+                meta.q_port = (bit<32>) hdr.tick.port;
+                meta.q_tc = (tc_t) hdr.tick.tc;
+            } else {
+                meta.q_port = (bit<32>) std_meta.egress_spec;
+                meta.q_tc = meta.tc;
+            }
+            bit<32> idx = meta.q_port * NUM_TCS + (bit<32>) meta.q_tc;
             egress_port_rate.apply();
             queue_profile.apply();
             drain(idx);
-            drift.write(idx, meta.q - hdr.tick.backlog);
-            q_bytes.write(idx, hdr.tick.backlog);
-            q_time.write(idx, meta.now);
-            bit<64> ports;
-            paused_by.read(ports, idx);
-            meta.pfc_ports = ports;
-            meta.pfc_tc = (tc_t) hdr.tick.tc;
-            if (ports == 0 || meta.qp_valid == 0) {
-                mark_to_drop(std_meta);
-            } else if (hdr.tick.backlog <= meta.xon) {
-                meta.pfc_quanta = 0;             /* XON: the queue has drained */
-                paused_by.write(idx, 0);
-                std_meta.mcast_grp = PFC_MCAST_GROUP;
-            } else if (hdr.tick.backlog > meta.xoff) {
-                meta.pfc_quanta = meta.pause_quanta;  /* still congested: refresh */
-                std_meta.mcast_grp = PFC_MCAST_GROUP;
-            } else {
-                mark_to_drop(std_meta);          /* between XON and XOFF: leave it be */
-            }
-            return;
-        }
 
-        /* A data packet on its way to (egress_spec, tc). */
-        meta.q_port = (bit<32>) std_meta.egress_spec;
-        meta.q_tc = meta.tc;
-        bit<32> qidx = meta.q_port * NUM_TCS + (bit<32>) meta.tc;
-        egress_port_rate.apply();
-        queue_profile.apply();
-        if (meta.qp_valid == 0) {
-            return;
-        }
-        drain(qidx);
-        bit<32> q = meta.q + std_meta.packet_length;
-        q_bytes.write(qidx, q);
-        q_time.write(qidx, meta.now);
-
-        /* ECN: RED on the phantom, for ECN-capable packets only. */
-        if (meta.ecn_enable == 1 && hdr.ipv4.ecn != 0) {
-            bit<1> mark = 0;
-            if (q > meta.kmax) {
-                mark = 1;
-            } else if (q > meta.kmin) {
-                bit<16> r;
-                random(r, 16w0, 16w0xffff);
-                bit<64> p16 = ((bit<64>) (q - meta.kmin) * (bit<64>) meta.pmax_slope) >> 16;
-                if ((bit<64>) r < p16) {
-                    mark = 1;
+            if (is_tick) {
+                /* The agent's tick for (port, class): resync, record the drift, XON or refresh. */
+                ticks.count(idx);
+                drift.write(idx, meta.q - hdr.tick.backlog);
+                q_bytes.write(idx, hdr.tick.backlog);
+                q_time.write(idx, meta.now);
+                bit<64> ports;
+                paused_by.read(ports, idx);
+                meta.pfc_ports = ports;
+                meta.pfc_tc = (tc_t) hdr.tick.tc;
+                if (ports == 0 || meta.qp_valid == 0) {
+                    mark_to_drop(std_meta);
+                } else if (hdr.tick.backlog <= meta.xon) {
+                    meta.pfc_quanta = 0;                  /* XON: the queue has drained */
+                    paused_by.write(idx, 0);
+                    std_meta.mcast_grp = PFC_MCAST_GROUP;
+                } else if (hdr.tick.backlog > meta.xoff) {
+                    meta.pfc_quanta = meta.pause_quanta;  /* still congested: refresh */
+                    std_meta.mcast_grp = PFC_MCAST_GROUP;
+                } else {
+                    mark_to_drop(std_meta);               /* between XON and XOFF: leave it */
                 }
-            }
-            if (mark == 1) {
-                hdr.ipv4.ecn = 3;
-                ecn_marked.count(qidx);
-            }
-        }
+            } else if (meta.qp_valid == 1) {
+                /* A data packet on its way to (egress_spec, tc): it joins the queue. */
+                bit<32> q = meta.q + std_meta.packet_length;
+                q_bytes.write(idx, q);
+                q_time.write(idx, meta.now);
 
-        /* PFC: over XOFF, pause the port this packet came from (refreshing before expiry). */
-        if (meta.pfc_enable == 1 && q > meta.xoff) {
-            bit<32> pidx = (bit<32>) std_meta.ingress_port * NUM_TCS + (bit<32>) meta.tc;
-            bit<48> last;
-            xoff_sent_at.read(last, pidx);
-            bit<64> ports;
-            paused_by.read(ports, qidx);
-            paused_by.write(qidx, ports | ((bit<64>) 1 << (bit<8>) std_meta.ingress_port));
-            if (last == 0 || meta.now - last > meta.refresh_us) {
-                xoff_sent_at.write(pidx, meta.now);
-                meta.pfc_tc = meta.tc;
-                meta.pfc_quanta = meta.pause_quanta;
-                pfc_xoff_triggered.count(pidx);
-                clone_preserving_field_list(CloneType.I2E, (bit<32>) std_meta.ingress_port,
-                                            FL_PFC);
+                /* ECN: RED on the phantom, for ECN-capable packets only. */
+                if (meta.ecn_enable == 1 && hdr.ipv4.ecn != 0) {
+                    bit<1> mark = 0;
+                    if (q > meta.kmax) {
+                        mark = 1;
+                    } else if (q > meta.kmin) {
+                        bit<16> r;
+                        random(r, 16w0, 16w0xffff);
+                        bit<64> p16 = ((bit<64>) (q - meta.kmin) * (bit<64>) meta.pmax_slope)
+                                      >> 16;
+                        if ((bit<64>) r < p16) {
+                            mark = 1;
+                        }
+                    }
+                    if (mark == 1) {
+                        hdr.ipv4.ecn = 3;
+                        ecn_marked.count(idx);
+                    }
+                }
+
+                /* PFC: over XOFF, pause the port the packet came from (refreshed before the
+                 * pause expires). */
+                if (meta.pfc_enable == 1 && q > meta.xoff) {
+                    bit<32> pidx = (bit<32>) std_meta.ingress_port * NUM_TCS
+                                   + (bit<32>) meta.tc;
+                    bit<48> last;
+                    xoff_sent_at.read(last, pidx);
+                    bit<64> ports;
+                    paused_by.read(ports, idx);
+                    paused_by.write(idx, ports | ((bit<64>) 1 << (bit<8>) std_meta.ingress_port));
+                    if (last == 0 || meta.now - last > meta.refresh_us) {
+                        xoff_sent_at.write(pidx, meta.now);
+                        meta.pfc_tc = meta.tc;
+                        meta.pfc_quanta = meta.pause_quanta;
+                        pfc_xoff_triggered.count(pidx);
+                        clone_preserving_field_list(CloneType.I2E,
+                                                    (bit<32>) std_meta.ingress_port, FL_PFC);
+                    }
+                }
             }
         }
     }

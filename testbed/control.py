@@ -247,11 +247,11 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
                             b.action(f"{lossless}.set_port_rate",
                                      rate_q20=int(rate_bps / 8 * 2**20 / 1e6))))
         ents.append(b.entry(f"{lossless}.ingress_port_quantum",
-                            {"standard_metadata.ingress_port": port.number},
+                            {"std_meta.ingress_port": port.number},
                             b.action(f"{lossless}.set_quantum",
                                      quantum_us_q10=int(quantum_us(port.rate_mbps) * 1024))))
         ents.append(b.entry(f"{EGRESS}.pfc_egress.port_mac",
-                            {"standard_metadata.egress_port": port.number},
+                            {"std_meta.egress_port": port.number},
                             b.action(f"{EGRESS}.pfc_egress.set_port_mac",
                                      mac=mac_to_int(port.mac))))
         for tc, prof in queue_profiles(cfg.qos, port.rate_mbps).items():
