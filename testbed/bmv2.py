@@ -23,6 +23,12 @@ import grpc
 BINARY = "simple_switch_grpc"
 
 
+#: Lines BMv2 prints when it cannot go on, though it may not exit (a Thrift port already taken
+#: leaves it running without a gRPC server).
+FATAL_LOG_LINES = ("Could not bind", "Error while parsing command line",
+                   "Invalid interface", "error while loading shared libraries")
+
+
 class SwitchStartError(Exception):
     """A switch did not come up; the message names it, shows its log tail and command line."""
 
@@ -133,6 +139,9 @@ class Bmv2Process:
         while not self.opts.grpc_socket.exists():
             if self.proc.poll() is not None:
                 raise self.failure(f"exited with status {self.proc.returncode} while starting")
+            fatal = self._fatal_line()
+            if fatal:
+                raise self.failure(f"failed to start ({fatal.strip()})")
             if time.monotonic() > deadline:
                 raise self.failure(f"did not open its gRPC socket within {timeout:g} s")
             time.sleep(0.01)
@@ -152,6 +161,14 @@ class Bmv2Process:
                         ) from None
         finally:
             channel.close()
+
+    def _fatal_line(self) -> str | None:
+        try:
+            text = self.opts.log_path.read_text(errors="replace")
+        except OSError:
+            return None
+        return next((ln for ln in text.splitlines() if any(f in ln for f in FATAL_LOG_LINES)),
+                    None)
 
     def stop(self, timeout: float = 3.0) -> None:
         if self.proc is None:

@@ -55,20 +55,28 @@ def test_doctor_lists_every_check() -> None:
 
 @pytest.mark.bmv2
 def test_a_switch_that_fails_is_named_with_log_and_command(tmp_path: Path) -> None:
-    opts = Bmv2Options(name="leaf9", device_id=9, ports={1: "no-such-intf0"},
-                       grpc_socket=tmp_path / "s.grpc", log_path=tmp_path / "s.log",
-                       thrift_port=39090)
-    proc = Bmv2Process(opts)
-    proc.start(lambda cmd, **kw: subprocess.Popen(cmd, **kw))
+    """A second switch on a Thrift port already taken dies at start: reported by name, with
+    the last lines of its log and the command line that failed."""
+    first = Bmv2Process(Bmv2Options(name="leaf8", device_id=8, ports={},
+                                    grpc_socket=tmp_path / "a.grpc", log_path=tmp_path / "a.log",
+                                    thrift_port=39090))
+    second = Bmv2Process(Bmv2Options(name="leaf9", device_id=9, ports={},
+                                     grpc_socket=tmp_path / "b.grpc",
+                                     log_path=tmp_path / "b.log", thrift_port=39090))
+    spawn = lambda cmd, **kw: subprocess.Popen(cmd, **kw)  # noqa: E731
+    first.start(spawn)
     try:
+        first.wait_ready(15)
+        second.start(spawn)
         with pytest.raises(SwitchStartError) as info:
-            proc.wait_ready(10)
+            second.wait_ready(15)
     finally:
-        proc.stop()
+        second.stop()
+        first.stop()
     msg = str(info.value)
-    assert "switch leaf9" in msg and "command: " in msg and "no-such-intf0" in msg
-    assert "last lines of" in msg
-
+    assert "switch leaf9 failed to start" in msg and "Could not bind" in msg
+    assert "command: " in msg and "--thrift-port 39090" in msg
+    assert "last lines of" in msg and "Could not bind" in msg
 
 def test_image_build_without_docker_engine_is_a_clear_error() -> None:
     import os

@@ -33,7 +33,7 @@ def net_namespaces() -> set[int]:
     return out
 
 
-def testbed_leftovers() -> dict[str, list]:
+def leftovers() -> dict[str, list]:
     intfs = [p.name for p in Path("/sys/class/net").iterdir()
              if p.name.startswith(("leaf", "spine", "h"))]
     switches = subprocess.run(["pgrep", "-f", f"simple_switch_grpc.*{RUNTIME_DIR}"],
@@ -49,7 +49,7 @@ def testbed_leftovers() -> dict[str, list]:
 
 
 def assert_clean(before_ns: set[int]) -> None:
-    left = testbed_leftovers()
+    left = leftovers()
     assert not any(left.values()), left
     deadline = time.time() + 5
     while net_namespaces() - before_ns and time.time() < deadline:
@@ -95,7 +95,7 @@ def _start_background(tmp: Path) -> subprocess.Popen:
                          cwd=Path(__file__).parent.parent)
     deadline = time.time() + 60
     while time.time() < deadline:
-        if len(testbed_leftovers()["switches"]) == 3 and any(
+        if len(leftovers()["switches"]) == 3 and any(
                 tmp.glob("*/topology.json")):
             return p
         assert p.poll() is None, p.stderr.read()
@@ -118,7 +118,7 @@ def test_clean_after_a_crash(tmp_path: Path) -> None:
     p = _start_background(tmp_path)
     p.send_signal(signal.SIGKILL)  # no teardown at all
     p.wait()
-    assert testbed_leftovers()["switches"], "the crash should have left switches running"
+    assert leftovers()["switches"], "the crash should have left switches running"
     r = subprocess.run(TESTBED + ["clean"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert_clean(before)
