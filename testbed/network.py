@@ -229,6 +229,14 @@ class Fabric:
                                                 stderr=subprocess.STDOUT)
             self._agent_procs.append(p)
             self.state.add_process(p.pid, str(path))
+        # An agent is ready once it has opened its sockets and its event log.
+        deadline = time.monotonic() + 20
+        for sw, proc in zip(self.topo.switches, self._agent_procs, strict=True):
+            while not (out / f"{sw.name}.events.csv").exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log = (out / f"{sw.name}.agent.log").read_text(errors="replace")[-2000:]
+                    raise FabricError(f"the agent of {sw.name} did not start:\n{log}")
+                time.sleep(0.02)
 
     def stop_agents(self) -> None:
         for p in self._agent_procs:

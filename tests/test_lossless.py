@@ -134,4 +134,5 @@ def test_host_pfc_pauses_its_leaf_port_for_the_quanta_and_xon_resumes(tmp_path: 
     held = float(ev[1]["t_s"]) - float(ev[0]["t_s"])
     assert held == pytest.approx(quanta * 512 / 10e6, abs=0.03)
     early = float(ev[3]["t_s"]) - float(ev[2]["t_s"])
-    assert early < 0.5  # XON ended a 3.4 s pause early
+    # XON (sent about 0.3 s plus a python start after the XOFF) ended a 3.36 s pause early
+    assert early < 1.5, early
