@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.ports import NUM_TCS, PortGates, PortSpec, TcBatch
+from testbed.tcstats import QdiscReader
 
 ETH_P_PFC = 0x8808
 ETH_P_TICK = 0x88B6
@@ -158,9 +159,10 @@ class SwitchAgent:
         self.clock = clock
         self.t0 = clock()
         self.batch = TcBatch()
+        self.reader = QdiscReader()
         self.ports: dict[int, PortRuntime] = {}
         for p in cfg.ports:
-            gates = PortGates(cfg.port_spec(p), batch=self.batch)
+            gates = PortGates(cfg.port_spec(p), batch=self.batch, reader=self.reader)
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_PFC))
             s.bind((p.ifname, 0))
             with contextlib.suppress(OSError):
@@ -251,7 +253,8 @@ class SwitchAgent:
         poll = w["polling_interval_ms"] / 1000
         detect = w["detection_time_ms"] / 1000
         restore = w["restoration_time_ms"] / 1000
-        stats = {n: self.ports[n].gates.stats() for n in ports}
+        dump = self.reader.dump()
+        stats = {n: self.ports[n].gates.stats(dump) for n in ports}
         for n in ports:
             pr = self.ports[n]
             for tc in self.cfg.lossless:
@@ -334,7 +337,8 @@ class SwitchAgent:
 
     # -- ticks and telemetry --------------------------------------------------------------
     def _backlogs(self) -> dict[int, dict]:
-        return {n: pr.gates.stats() for n, pr in self.ports.items()}
+        dump = self.reader.dump()  # one netlink dump for every port
+        return {n: pr.gates.stats(dump) for n, pr in self.ports.items()}
 
     def tick(self) -> None:
         stats = self._backlogs()

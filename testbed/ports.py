@@ -151,12 +151,18 @@ class PortGates:
     """
 
     def __init__(self, spec: PortSpec, ipr=None, batch: TcBatch | None = None,
-                 netns: str | None = None) -> None:
+                 netns: str | None = None, reader=None) -> None:
         from pyroute2 import IPRoute
 
         self.spec = spec
         self.ipr = ipr or (IPRoute(netns=netns) if netns else IPRoute())
         self.batch = batch or TcBatch(netns)
+        # the fast dump works only in our own namespace; a test driving another uses pyroute2
+        self.reader = reader if netns is None else None
+        if self.reader is None and netns is None:
+            from testbed.tcstats import QdiscReader
+
+            self.reader = QdiscReader()
         links = self.ipr.link_lookup(ifname=spec.ifname)
         if not links:
             raise LookupError(f"no interface {spec.ifname} in this namespace")
@@ -198,6 +204,11 @@ class PortGates:
 
     def gate_rate(self, tc: int) -> int:
         """The gate's current rate in bit/s, read back from the kernel."""
+        if self.reader is not None:
+            for q in self.reader.dump():
+                if q.ifindex == self.ifindex and q.handle == gate_handle(tc):
+                    return q.rate_bps
+            raise LookupError(f"no gate for class {tc} on {self.spec.ifname}")
         for q in self.ipr.get_qdiscs(index=self.ifindex):
             if q["handle"] == gate_handle(tc):
                 return q.get_attr("TCA_OPTIONS").get_attr("TCA_TBF_PARMS")["rate"] * 8
@@ -230,7 +241,17 @@ class PortGates:
         self._wait_rate(tc, True)
         self.kick()
 
-    def stats(self) -> dict[int, ClassStats]:
+    def stats(self, dump=None) -> dict[int, ClassStats]:
+        """Per class: backlog, drops, sent. ``dump`` is a QdiscReader dump to reuse."""
+        if dump is None and self.reader is not None:
+            dump = self.reader.dump()
+        if dump is not None:
+            out_fast: dict[int, ClassStats] = {}
+            for q in dump:
+                tc = (q.handle >> 16) - 0x10
+                if q.ifindex == self.ifindex and q.kind == "tbf" and 0 <= tc < NUM_TCS:
+                    out_fast[tc] = ClassStats(q.backlog, q.qlen, q.drops, q.bytes, q.packets)
+            return out_fast
         out: dict[int, ClassStats] = {}
         for q in self.ipr.get_qdiscs(index=self.ifindex):
             major = q["handle"] >> 16
