@@ -91,6 +91,11 @@ def tick_intfs(switch: str) -> tuple[str, str]:
 class RoceHost(Host):
     """A host on a routed fabric: /32 address, default route and static neighbour for its leaf."""
 
+    def __init__(self, name: str, **params) -> None:
+        super().__init__(name, **params)
+        # Before any link exists: no router or neighbour solicitation ever reaches the fabric.
+        self.cmd(NO_IPV6)
+
     def config(self, ip: str = "", mac: str = "", gateway_ip: str = "", gateway_mac: str = "",
                mtu: int = 9000, **params):
         r = super().config(mac=mac, **params)
@@ -202,7 +207,8 @@ class Fabric:
         q = self.cfg.qos
         return [PortSpec(intf_name(sw.name, p.number), p.rate_mbps,
                          tuple(prof.buffer_bytes for prof in
-                               queue_profiles(q, p.rate_mbps).values()),
+                               queue_profiles(q, p.rate_mbps,
+                                              fan_in=max(len(sw.ports) - 1, 1)).values()),
                          tuple(q.dscp_to_tc_map.items()), q.default_tc, self.topo.mtu + 14)
                 for p in sw.ports.values()]
 

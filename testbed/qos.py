@@ -40,17 +40,26 @@ def quantum_us(rate_mbps: float) -> float:
     return PFC_QUANTUM_BITS / rate_mbps
 
 
-def required_headroom(qos: QosConfig, rate_mbps: float, frame: int = ROCE_FRAME_BYTES) -> int:
-    """What arrives after XOFF is sent: the round trip on the wire, a frame in flight at each
-    end, and what the upstream sends while it reacts (SONiC's headroom formula)."""
+#: What an upstream gate lets through as it closes: its burst, the largest frame the fabric
+#: carries (a 9000-byte MTU admits two RoCE frames). A real MAC finishes one frame instead.
+GATE_LEAK_BYTES = 9014
+
+
+def required_headroom(qos: QosConfig, rate_mbps: float, frame: int = ROCE_FRAME_BYTES,
+                      gate_leak: int = GATE_LEAK_BYTES) -> int:
+    """What one ingress port delivers after XOFF is sent: the round trip on the wire, a frame
+    in flight at each end, what the upstream sends while it reacts (SONiC's headroom formula),
+    and what the upstream's gate lets through as it closes."""
     bytes_per_us = rate_mbps / 8
     wire = 2 * bytes_per_us * qos.pfc.link_delay_us
     react = bytes_per_us * qos.pfc.reaction_ms * 1000
-    return int(wire + 2 * frame + react)
+    return int(wire + 2 * frame + react + gate_leak)
 
 
-def queue_profiles(qos: QosConfig, rate_mbps: float,
-                   frame: int = ROCE_FRAME_BYTES) -> dict[int, QueueProfile]:
+def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int = ROCE_FRAME_BYTES,
+                   fan_in: int = 1) -> dict[int, QueueProfile]:
+    """Profiles of one port's eight queues. ``fan_in``: how many ingress ports can feed them;
+    each gets its own headroom, as real switches reserve headroom per ingress port."""
     out = {}
     headroom = qos.pfc.headroom_bytes or required_headroom(qos, rate_mbps, frame)
     pause_us = qos.pfc.pause_quanta * quantum_us(rate_mbps)
@@ -62,7 +71,7 @@ def queue_profiles(qos: QosConfig, rate_mbps: float,
         xon = qos.pfc.xon_bytes if qos.pfc.xon_bytes is not None else max(xoff - 2 * frame, 0)
         # A lossless class holds XOFF plus headroom and no more: a drop there means the
         # headroom was too small, which is what a real switch would show too.
-        buffer = xoff + headroom if lossless else qos.buffer_bytes
+        buffer = xoff + headroom * fan_in if lossless else qos.buffer_bytes
         out[tc] = QueueProfile(
             tc=tc, buffer_bytes=buffer, ecn=e is not None, kmin=e.kmin_bytes if e else 0,
             kmax=kmax, pmax=e.pmax if e else 0.0, pfc=lossless, xoff=xoff, xon=xon,
@@ -86,7 +95,7 @@ def check_qos(cfg: FabricConfig) -> list[str]:
         for tc, p in queue_profiles(q, rate).items():
             if not p.pfc:
                 continue
-            if p.buffer_bytes > q.buffer_bytes:
+            if p.xoff + p.headroom > q.buffer_bytes:
                 problems.append(
                     f"qos.pfc.xoff_bytes: {p.xoff} plus headroom {p.headroom} exceeds the class "
                     f"{tc} buffer qos.buffer_bytes ({q.buffer_bytes}): lower xoff_bytes or raise "
