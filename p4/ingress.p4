@@ -18,7 +18,9 @@ control RoceIngress(inout headers_t hdr,
 
     action_selector(HashAlgorithm.crc16, 32w1024, 32w14) ecmp_selector;
 
+#ifndef PLAIN_FORWARDING
     RoceLossless() lossless;
+#endif
 
     action drop_with(bit<32> reason) {
         meta.drop = 1;
@@ -135,9 +137,11 @@ control RoceIngress(inout headers_t hdr,
             }
         }
 
+#ifndef PLAIN_FORWARDING
         if (meta.lossless_kind != LOSSLESS_NONE) {
             lossless.apply(hdr, meta, std_meta);
         }
+#endif
         std_meta.priority = meta.tc;
         rx_port_tc.count(in_port * NUM_TCS + (bit<32>) meta.tc);
         if (meta.drop == 1) {

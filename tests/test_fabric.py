@@ -145,11 +145,17 @@ def _send_flows(fabric: Fabric, src: str, dst_ip: str, n: int) -> None:
     fabric.host(src).cmd(f"{sys.executable} -c \"{script}\"")
 
 
-def _uplink_tx(fabric: Fabric, leaf: str) -> dict[int, int]:
+def _uplink_tx(fabric: Fabric, leaf: str, expect_total: int) -> dict[int, int]:
+    """Uplink TX counters, once BMv2 (which works asynchronously) has counted expect_total."""
     sw = fabric.topo.switch(leaf)
-    counts = fabric.sessions[leaf].read_counter("RoceEgress.tx_port")
-    return {p: counts.get(p, (0, 0))[0] for p, port in sw.ports.items()
-            if port.peer.startswith("spine")}
+    deadline = time.monotonic() + 10
+    while True:
+        counts = fabric.sessions[leaf].read_counter("RoceEgress.tx_port")
+        tx = {p: counts.get(p, (0, 0))[0] for p, port in sw.ports.items()
+              if port.peer.startswith("spine")}
+        if sum(tx.values()) >= expect_total or time.monotonic() > deadline:
+            return tx
+        time.sleep(0.1)
 
 
 def _reprogram_hash(fabric: Fabric, fields: list[str]) -> None:
@@ -163,12 +169,12 @@ def test_ecmp_spreads_flows_over_every_uplink_and_polarizes_without_sport(tmp_pa
     cfg = FabricConfig.model_validate({"fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 2}})
     with Fabric(cfg, build_topology(cfg), tmp_path) as fabric:
         _send_flows(fabric, "h1", "10.0.4.1", 32)
-        tx = _uplink_tx(fabric, "leaf1")
+        tx = _uplink_tx(fabric, "leaf1", 96)
         assert all(v > 0 for v in tx.values()), tx
         assert sum(tx.values()) == 96
         _reprogram_hash(fabric, ["src_ip", "dst_ip", "ip_proto", "dst_port"])
         _send_flows(fabric, "h1", "10.0.4.1", 32)
-        tx2 = _uplink_tx(fabric, "leaf1")
+        tx2 = _uplink_tx(fabric, "leaf1", 192)
         grew = [p for p in tx2 if tx2[p] > tx[p]]
         assert len(grew) == 1, (tx, tx2)
         assert tx2[grew[0]] - tx[grew[0]] == 96
