@@ -137,11 +137,7 @@ class Bmv2Process:
         t0 = time.monotonic()
         deadline = t0 + timeout
         while not self.opts.grpc_socket.exists():
-            if self.proc.poll() is not None:
-                raise self.failure(f"exited with status {self.proc.returncode} while starting")
-            fatal = self._fatal_line()
-            if fatal:
-                raise self.failure(f"failed to start ({fatal.strip()})")
+            self._check_alive()
             if time.monotonic() > deadline:
                 raise self.failure(f"did not open its gRPC socket within {timeout:g} s")
             time.sleep(0.01)
@@ -155,12 +151,21 @@ class Bmv2Process:
                     grpc.channel_ready_future(channel).result(timeout=min(0.2, left))
                     return time.monotonic() - t0
                 except grpc.FutureTimeoutError:
-                    if self.proc.poll() is not None:
-                        raise self.failure(
-                            f"exited with status {self.proc.returncode} while starting"
-                        ) from None
+                    self._check_alive()
         finally:
             channel.close()
+
+    def _check_alive(self) -> None:
+        """Raise if the switch died or printed a fatal error (it may run on regardless)."""
+        assert self.proc is not None
+        exited = self.proc.poll() is not None
+        if exited and self.pump is not None:
+            self.pump.join(timeout=1)  # its last words are still in the pipe
+        fatal = self._fatal_line()
+        if fatal:
+            raise self.failure(f"failed to start ({fatal.strip()})")
+        if exited:
+            raise self.failure(f"exited with status {self.proc.returncode} while starting")
 
     def _fatal_line(self) -> str | None:
         try:
