@@ -35,17 +35,7 @@ control RoceLossless(inout headers_t hdr,
     counter(PORT_TC_CELLS, CounterType.packets) pfc_xoff_triggered;
     counter(PORT_TC_CELLS, CounterType.packets) ticks;
 
-    /* The egress port's drain rate (bytes per 2^20 us) and PFC quantum (us, times 2^10). */
-    action set_port_rate(bit<32> rate_q20) {
-        meta.port_rate_q20 = rate_q20;
-    }
-    table egress_port_rate {
-        key = { meta.q_port: exact; }
-        actions = { set_port_rate; NoAction; }
-        default_action = NoAction();
-        size = NUM_PORTS;
-    }
-
+    /* A port's PFC quantum (us, times 2^10), for the pauses it receives. */
     action set_quantum(bit<32> quantum_us_q10) {
         meta.quantum_us_q10 = quantum_us_q10;
     }
@@ -56,11 +46,13 @@ control RoceLossless(inout headers_t hdr,
         size = NUM_PORTS;
     }
 
-    /* Per (egress port, class): ECN profile and PFC thresholds, in bytes. */
-    action set_queue_profile(bit<1> ecn_enable, bit<32> kmin, bit<32> kmax, bit<32> pmax_slope,
-                             bit<1> pfc_enable, bit<32> xoff, bit<32> xon,
+    /* Per (egress port, class): the port's drain rate (bytes per 2^20 us), the ECN profile and
+     * the PFC thresholds, in bytes. One lookup per packet: BMv2 pays for every table. */
+    action set_queue_profile(bit<32> rate_q20, bit<1> ecn_enable, bit<32> kmin, bit<32> kmax,
+                             bit<32> pmax_slope, bit<1> pfc_enable, bit<32> xoff, bit<32> xon,
                              bit<16> pause_quanta, bit<48> refresh_us) {
         meta.qp_valid = 1;
+        meta.port_rate_q20 = rate_q20;
         meta.ecn_enable = ecn_enable;
         meta.kmin = kmin;
         meta.kmax = kmax;
@@ -142,9 +134,10 @@ control RoceLossless(inout headers_t hdr,
                 meta.q_tc = meta.tc;
             }
             bit<32> idx = meta.q_port * NUM_TCS + (bit<32>) meta.q_tc;
-            egress_port_rate.apply();
             queue_profile.apply();
-            drain(idx);
+            if (meta.qp_valid == 1) {
+                drain(idx);
+            }
 
             if (is_tick) {
                 /* The agent's tick for (port, class): resync, record the drift, XON or refresh. */

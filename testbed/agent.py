@@ -43,7 +43,9 @@ from testbed.tcstats import QdiscReader
 ETH_P_PFC = 0x8808
 ETH_P_TICK = 0x88B6
 SOL_PACKET = 263
-PACKET_IGNORE_OUTGOING = 23
+PACKET_OUTGOING = 4
+#: After the switch sends PFC or a lossless queue holds packets, tick fast for this long.
+BUSY_HOLD_S = 1.0
 PFC_QUANTUM_BITS = 512
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 
@@ -165,8 +167,8 @@ class SwitchAgent:
             gates = PortGates(cfg.port_spec(p), batch=self.batch, reader=self.reader)
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_PFC))
             s.bind((p.ifname, 0))
-            with contextlib.suppress(OSError):
-                s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            # Outgoing frames are kept: a PFC frame our own switch sends says a queue of ours
+            # crossed XOFF, which is when the ticks are needed (see tick()).
             s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             s.setblocking(False)
             self.ports[p.number] = PortRuntime(p, gates, s)
@@ -185,6 +187,7 @@ class SwitchAgent:
         self._ev_w = csv.writer(self._ev)
         self._ev_w.writerow([c for c, _ in EVENT_COLUMNS])
         self._last_backlog: dict[tuple[int, int], int] = {}
+        self.busy_until = 0.0
 
     def now(self) -> float:
         return self.clock() - self.t0
@@ -340,8 +343,13 @@ class SwitchAgent:
         dump = self.reader.dump()  # one netlink dump for every port
         return {n: pr.gates.stats(dump) for n, pr in self.ports.items()}
 
-    def tick(self) -> None:
-        stats = self._backlogs()
+    def tick(self, stats: dict[int, dict] | None = None) -> None:
+        """Tick every lossless queue that holds (or just held) packets.
+
+        At rest no queue holds anything and nothing is sent; ``busy_until`` (set when the switch
+        sends PFC, or a tick finds a backlog) keeps the fast tick rate for a while after."""
+        stats = stats if stats is not None else self._backlogs()
+        busy = False
         for n in self.ports:
             for tc in self.cfg.lossless:
                 st = stats[n].get(tc)
@@ -353,11 +361,17 @@ class SwitchAgent:
                 self._last_backlog[key] = backlog
                 self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, backlog))
                 self.stats["ticks"] += 1
+                busy = True
+        if busy:
+            self.busy_until = self.clock() + BUSY_HOLD_S
 
     def sample(self) -> None:
         now = self.clock()
         t = f"{self.now():.4f}"
-        for n, per_tc in self._backlogs().items():
+        backlogs = self._backlogs()
+        if now >= self.busy_until:
+            self.tick(backlogs)  # the slow, at-rest check rides on the sample's dump
+        for n, per_tc in backlogs.items():
             pr = self.ports[n]
             for tc in range(NUM_TCS):
                 st = per_tc.get(tc)
@@ -382,7 +396,7 @@ class SwitchAgent:
         socks = list(self.by_sock)
         while self.running:
             now = self.clock()
-            if now >= next_tick:
+            if now >= next_tick and now < self.busy_until:
                 self.tick()
                 next_tick = now + self.cfg.tick_period_s
             if now >= next_sample:
@@ -392,7 +406,8 @@ class SwitchAgent:
                 self.watchdog_poll()
                 next_poll = now + poll_s
             self.expire()
-            wake = min(next_tick, next_sample, self.timers[0][0] if self.timers else next_tick)
+            wake = min(next_tick if now < self.busy_until else next_sample, next_sample,
+                       self.timers[0][0] if self.timers else next_sample)
             if w.get("enabled"):
                 wake = min(wake, next_poll)
             ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
@@ -400,7 +415,7 @@ class SwitchAgent:
                 pr = self.by_sock[s]
                 while True:
                     try:
-                        data, anc, _flags, _addr = s.recvmsg(2048, 64)
+                        data, anc, _flags, addr = s.recvmsg(2048, 64)
                     except BlockingIOError:
                         break
                     t_kernel = time.time()
@@ -409,6 +424,11 @@ class SwitchAgent:
                             sec, nsec = struct.unpack("qq", value[:16])
                             t_kernel = sec + nsec / 1e9
                     classes = parse_pfc(data)
+                    if addr[2] == PACKET_OUTGOING:  # our switch paused or resumed a neighbour
+                        if classes:
+                            self.busy_until = self.clock() + BUSY_HOLD_S
+                            next_tick = min(next_tick, self.clock())
+                        continue
                     if classes:
                         self.on_pfc(pr, classes, t_kernel)
 

@@ -297,7 +297,7 @@ class AgentConfig(_Strict):
     """The switch agent: the switch's OS in software."""
 
     tick_period_ms: float = Field(
-        5.0, gt=0, le=1000, description="How often the agent resyncs each lossless queue's "
+        10.0, gt=0, le=1000, description="How often the agent resyncs each lossless queue's "
         "phantom from the kernel and lets the data plane send XON or refresh XOFF.")
     sample_period_ms: float = Field(
         100.0, ge=10, le=10_000, description="Telemetry sampling period.")

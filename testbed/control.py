@@ -237,15 +237,12 @@ def build_switch_program(
 
 
 def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
-    """Port rates, PFC quanta, port MACs, queue profiles, the PFC multicast group and one clone
+    """PFC quanta, port MACs, queue profiles (with port rates), the PFC multicast group, one clone
     session per port (session id = port, so ingress can clone toward the port a packet came in)."""
     ents: list[p4runtime_pb2.Entity] = []
     lossless = f"{INGRESS}.lossless"
     for port in sw.ports.values():
-        rate_bps = port.rate_mbps * 1e6
-        ents.append(b.entry(f"{lossless}.egress_port_rate", {"meta.q_port": port.number},
-                            b.action(f"{lossless}.set_port_rate",
-                                     rate_q20=int(rate_bps / 8 * 2**20 / 1e6))))
+        rate_q20 = int(port.rate_mbps * 1e6 / 8 * 2**20 / 1e6)
         ents.append(b.entry(f"{lossless}.ingress_port_quantum",
                             {"std_meta.ingress_port": port.number},
                             b.action(f"{lossless}.set_quantum",
@@ -259,7 +256,8 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
                 continue
             ents.append(b.entry(
                 f"{lossless}.queue_profile", {"meta.q_port": port.number, "meta.q_tc": tc},
-                b.action(f"{lossless}.set_queue_profile", ecn_enable=int(prof.ecn),
+                b.action(f"{lossless}.set_queue_profile", rate_q20=rate_q20,
+                         ecn_enable=int(prof.ecn),
                          kmin=prof.kmin, kmax=prof.kmax, pmax_slope=prof.pmax_slope,
                          pfc_enable=int(prof.pfc), xoff=prof.xoff, xon=prof.xon,
                          pause_quanta=prof.pause_quanta, refresh_us=prof.refresh_us)))
