@@ -54,6 +54,7 @@ PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back
 #: exact when the loop wakes late, without letting a stalled QP burst afterwards.
 PACING_SLACK_S = 0.005
 BURST_FRAMES = 32
+STORM_INTERVAL_S = 0.02  # a storming NIC's PAUSE frames: 50 per second
 HOUSEKEEPING_S = 0.01
 PFC_QUANTUM_BITS = 512
 MAX_QUANTA = 0xFFFF
@@ -392,7 +393,9 @@ class Endpoint:
         if now >= self._storm_next:
             self._send(pfc_frame(self.cfg.mac, {f.get("tc", 3): f.get("quanta", MAX_QUANTA)}))
             self.stats.pfc_tx += 1
-            self._storm_next = now + self._refresh_s(f.get("quanta", MAX_QUANTA))
+            # a broken NIC floods PAUSE: far more often than a pause needs refreshing
+            self._storm_next = now + min(self._refresh_s(f.get("quanta", MAX_QUANTA)),
+                                         STORM_INTERVAL_S)
         return self._storm_next
 
     def set_fault(self, mode: str, **kw) -> dict:
