@@ -62,6 +62,8 @@ TELEMETRY_COLUMNS = [
     ("paused", "1 while the class is paused by PFC from the peer"),
     ("pfc_rx", "PFC frames received for this class so far"),
     ("paused_s", "seconds paused so far"),
+    ("phantom_drift_bytes", "lossless classes: the P4 phantom queue minus the kernel backlog "
+                            "at the last tick (how far the data plane's view had drifted)"),
 ]
 EVENT_COLUMNS = [
     ("t_s", "when (agent clock)"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
@@ -96,6 +98,7 @@ class AgentConfig:
     tick_src_mac: str = "02:00:00:00:00:fe"
     watchdog: dict | None = None  # PfcWatchdogConfig as a dict, with "ports": [numbers]
     state_file: str | None = None
+    thrift_port: int | None = None  # BMv2's, inside this namespace: read the drift register
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:
@@ -188,6 +191,7 @@ class SwitchAgent:
         self._ev_w.writerow([c for c, _ in EVENT_COLUMNS])
         self._last_backlog: dict[tuple[int, int], int] = {}
         self.busy_until = 0.0
+        self._thrift = None
 
     def now(self) -> float:
         return self.clock() - self.t0
@@ -365,10 +369,33 @@ class SwitchAgent:
         if busy:
             self.busy_until = self.clock() + BUSY_HOLD_S
 
+    def _drift(self) -> list[int]:
+        """The P4 program's drift register (phantom - kernel backlog per queue), over Thrift."""
+        if not self.cfg.thrift_port or not self.cfg.lossless:
+            return []
+        try:
+            if self._thrift is None:
+                from bm_runtime.standard import Standard
+                from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+                from thrift.transport import TSocket, TTransport
+
+                transport = TTransport.TBufferedTransport(
+                    TSocket.TSocket("127.0.0.1", self.cfg.thrift_port))
+                proto = TMultiplexedProtocol.TMultiplexedProtocol(
+                    TBinaryProtocol.TBinaryProtocol(transport), "standard")
+                transport.open()
+                self._thrift = Standard.Client(proto)
+            vals = self._thrift.bm_register_read_all(0, "drift")
+        except Exception:  # BMv2 gone or no Thrift module: the column stays empty
+            self._thrift = None
+            return []
+        return [v - (1 << 32) if v >= 1 << 31 else v for v in vals]
+
     def sample(self) -> None:
         now = self.clock()
         t = f"{self.now():.4f}"
         backlogs = self._backlogs()
+        drift = self._drift()
         if now >= self.busy_until:
             self.tick(backlogs)  # the slow, at-rest check rides on the sample's dump
         for n, per_tc in backlogs.items():
@@ -379,10 +406,11 @@ class SwitchAgent:
                     continue
                 ps = pr.pause[tc]
                 paused_s = ps.total + (now - ps.since if ps.until else 0.0)
+                d = drift[n * NUM_TCS + tc] if tc in self.cfg.lossless and drift else ""
                 self._tel_w.writerow([t, self.cfg.switch, n, tc, st.backlog_bytes,
                                       st.backlog_packets, st.drops, st.sent_bytes,
                                       st.sent_packets, int(bool(ps.until)), ps.frames,
-                                      f"{paused_s:.4f}"])
+                                      f"{paused_s:.4f}", d])
         self._tel.flush()
 
     # -- loop ---------------------------------------------------------------------------
@@ -464,7 +492,8 @@ def main() -> None:
 
 def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tick_period_s: float,
                  sample_period_s: float, out_dir: Path, max_frame: int,
-                 watchdog=None, state_file: Path | None = None) -> dict:
+                 watchdog=None, state_file: Path | None = None,
+                 thrift_port: int | None = None) -> dict:
     wd = None
     if watchdog is not None:
         wd = watchdog.model_dump()
@@ -475,7 +504,8 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
         switch=switch, ports=ports, dscp_to_tc=[[d, t] for d, t in qos.dscp_to_tc_map.items()],
         default_tc=qos.default_tc, lossless=list(qos.pfc_enable), tick_ifname=tick_ifname,
         tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
-        max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None))
+        max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None,
+        thrift_port=thrift_port))
 
 
 if __name__ == "__main__":

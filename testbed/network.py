@@ -226,7 +226,8 @@ class Fabric:
             conf = agent_config(sw.name, ports, self.cfg.qos, tick_intfs(sw.name)[1],
                                 a.tick_period_ms / 1000, a.sample_period_ms / 1000, out,
                                 self.topo.mtu + 14, a.pfc_watchdog,
-                                self.runtime_dir / f"{sw.name}.pfcwd.json")
+                                self.runtime_dir / f"{sw.name}.pfcwd.json",
+                                self.cfg.switch.thrift_port)
             path = self.runtime_dir / f"{sw.name}.agent.json"
             path.write_text(json.dumps(conf))
             with open(out / f"{sw.name}.agent.log", "w") as log:
