@@ -154,3 +154,41 @@ def test_host_pfc_pauses_its_leaf_port_for_the_quanta_and_xon_resumes(tmp_path: 
     early = float(ev[3]["t_s"]) - float(ev[2]["t_s"])
     # XON (sent about 0.3 s plus a python start after the XOFF) ended a 3.36 s pause early
     assert early < 1.5, early
+
+
+def test_class_isolation_while_class3_is_paused(tmp_path: Path) -> None:
+    """h1's NIC pauses class 3 toward its leaf: class 3 stops on that port while class 0 and
+    class 6 flows to h1, through the same port, keep their rate."""
+    cfg = FabricConfig.model_validate({"name": "isolation",
+                                       "fabric": {"spines": 1, "leaves": 2,
+                                                  "hosts_per_leaf": 1},
+                                       "qos": {"ecn": {}}})
+    topo = build_topology(cfg)
+    caps = {3: 3.0, 0: 3.0, 6: 2.0}
+    with Fabric(cfg, topo, tmp_path) as fabric:
+        eps = fabric.start_endpoints(["--no-dcqcn"])
+        flows = [FlowSpec(name=f"tc{tc}", src="h2", dst="h1", tc=tc, rate_cap_mbps=cap,
+                          message_bytes=65536, duration_s=8) for tc, cap in caps.items()]
+        runner = FlowRunner(flows, eps, {h.name: h.ip for h in topo.hosts})
+        runner.start()
+        time.sleep(2.0)
+        eps["h1"].call(cmd="fault", mode="storm", tc=3)
+        time.sleep(1.0)  # the pause takes hold
+
+        def received() -> dict[int, int]:
+            st = eps["h1"].call(cmd="stats")["qps"]
+            return {tc: st[str(runner.assignments[f"tc{tc}"][0].responder_qpn)]["bytes"]
+                    for tc in caps}
+
+        b0, t0 = received(), time.monotonic()
+        time.sleep(3.0)
+        b1, t1 = received(), time.monotonic()
+        eps["h1"].call(cmd="fault", mode="none")
+        leaf_events = _read_events(tmp_path, "leaf1")
+    rate = {tc: (b1[tc] - b0[tc]) * 8 / (t1 - t0) / 1e6 for tc in caps}
+    print(json.dumps({"goodput_mbps_while_class3_paused": rate}))
+    assert any(e["tc"] == "3" and e["event"] == "pause" for e in leaf_events)
+    assert rate[3] < 0.1, rate  # class 3 held at the leaf
+    # class 0 and class 6 keep their rate (payload goodput: headers cost about 2%)
+    assert rate[0] == pytest.approx(caps[0], rel=0.1), rate
+    assert rate[6] == pytest.approx(caps[6], rel=0.1), rate
