@@ -77,9 +77,17 @@ class QdiscReader:
                     return out
                 if mtype == NLMSG_ERROR:
                     raise OSError("netlink error while dumping qdiscs")
-                if mtype == RTM_NEWQDISC and seq == self.seq:
+                if mtype == RTM_NEWQDISC and seq == self.seq and self._wanted(data, off):
                     out.append(self._parse(data, off + _NLMSG.size, off + length))
                 off += (length + 3) & ~3
+
+    #: Only the port model's class gates (handles 10: to 17:) are parsed; the rest of a dump
+    #: (htb roots, the control and kick classes, other devices) is skipped unread.
+    handle_majors = range(0x10, 0x18)
+
+    def _wanted(self, buf: bytes, off: int) -> bool:
+        handle = struct.unpack_from("=I", buf, off + _NLMSG.size + 8)[0]
+        return (handle >> 16) in self.handle_majors
 
     @staticmethod
     def _parse(buf: bytes, off: int, end: int) -> QdiscStats:
