@@ -133,16 +133,21 @@ def test_ctrl_c_tears_down(tmp_path: Path) -> None:
 
 
 def _send_flows(fabric: Fabric, src: str, dst_ip: str, n: int) -> None:
+    """n UDP flows (distinct source ports), 3 packets each, paced like a host NIC would be:
+    back-to-back bursts into BMv2 lose packets before the P4 program sees them."""
     script = (
-        "import socket\n"
+        "import socket, time\n"
         f"for sport in range(49152, 49152 + {n}):\n"
         "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
         "    s.bind(('0.0.0.0', sport))\n"
         "    for _ in range(3):\n"
         f"        s.sendto(b'x' * 64, ('{dst_ip}', 4791))\n"
+        "        time.sleep(0.002)\n"
         "    s.close()\n"
     )
-    fabric.host(src).cmd(f"{sys.executable} -c \"{script}\"")
+    path = fabric.runtime_dir / "send_flows.py"
+    path.write_text(script)
+    fabric.host(src).cmd(f"{sys.executable} {path}")
 
 
 def _uplink_tx(fabric: Fabric, leaf: str, expect_total: int) -> dict[int, int]:
