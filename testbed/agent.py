@@ -451,6 +451,8 @@ class SwitchAgent:
                         data, anc, _flags, addr = s.recvmsg(2048, 64)
                     except BlockingIOError:
                         break
+                    except OSError:  # the port went down: nothing to read until it is up
+                        break
                     t_kernel = time.time()
                     for level, kind, value in anc:
                         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
