@@ -24,6 +24,7 @@ const bit<2>  LOSSLESS_PFC  = 1;   /* a PFC frame received */
 const bit<2>  LOSSLESS_TICK = 2;   /* the agent's tick */
 const bit<2>  LOSSLESS_DATA = 3;   /* a routed data packet */
 const bit<9>  AGENT_PORT            = 500;      /* the switch agent's own port */
+const bit<32> TICK_TIMER_ONLY       = 0xFFFFFFFF; /* a tick without a kernel backlog */
 
 /* Counter arrays are indexed by port * NUM_TCS + class. */
 const bit<32> NUM_TCS   = 8;

@@ -140,10 +140,17 @@ control RoceLossless(inout headers_t hdr,
             }
 
             if (is_tick) {
-                /* The agent's tick for (port, class): resync, record the drift, XON or refresh. */
+                /* The agent's tick for (port, class). A resync tick carries the kernel's
+                 * backlog: the phantom takes it and the drift is recorded. A timer tick
+                 * (backlog all ones) only asks the program to judge its own drained phantom.
+                 * Either way: XON if the queue drained, XOFF again if it is still full. */
                 ticks.count(idx);
-                drift.write(idx, meta.q - hdr.tick.backlog);
-                q_bytes.write(idx, hdr.tick.backlog);
+                bit<32> level = meta.q;
+                if (hdr.tick.backlog != TICK_TIMER_ONLY) {
+                    drift.write(idx, meta.q - hdr.tick.backlog);
+                    level = hdr.tick.backlog;
+                }
+                q_bytes.write(idx, level);
                 q_time.write(idx, meta.now);
                 bit<64> ports;
                 paused_by.read(ports, idx);
@@ -151,11 +158,11 @@ control RoceLossless(inout headers_t hdr,
                 meta.pfc_tc = (tc_t) hdr.tick.tc;
                 if (ports == 0 || meta.qp_valid == 0) {
                     mark_to_drop(std_meta);
-                } else if (hdr.tick.backlog <= meta.xon) {
+                } else if (level <= meta.xon) {
                     meta.pfc_quanta = 0;                  /* XON: the queue has drained */
                     paused_by.write(idx, 0);
                     std_meta.mcast_grp = PFC_MCAST_GROUP;
-                } else if (hdr.tick.backlog > meta.xoff) {
+                } else if (level > meta.xoff) {
                     meta.pfc_quanta = meta.pause_quanta;  /* still congested: refresh */
                     std_meta.mcast_grp = PFC_MCAST_GROUP;
                 } else {

@@ -46,6 +46,9 @@ SOL_PACKET = 263
 PACKET_OUTGOING = 4
 #: After the switch sends PFC or a lossless queue holds packets, tick fast for this long.
 BUSY_HOLD_S = 1.0
+#: While busy, resync from the kernel this often; timer ticks fill the gaps (no kernel read).
+RESYNC_S = 0.05
+TICK_TIMER_ONLY = 0xFFFFFFFF
 PFC_QUANTUM_BITS = 512
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 
@@ -189,7 +192,7 @@ class SwitchAgent:
         self._ev = open(out / f"{cfg.switch}.events.csv", "w", newline="")  # noqa: SIM115
         self._ev_w = csv.writer(self._ev)
         self._ev_w.writerow([c for c, _ in EVENT_COLUMNS])
-        self._last_backlog: dict[tuple[int, int], int] = {}
+        self.hot: set[tuple[int, int]] = set()  # lossless queues that held packets lately
         self.busy_until = 0.0
         self._thrift = None
 
@@ -348,26 +351,32 @@ class SwitchAgent:
         return {n: pr.gates.stats(dump) for n, pr in self.ports.items()}
 
     def tick(self, stats: dict[int, dict] | None = None) -> None:
-        """Tick every lossless queue that holds (or just held) packets.
-
-        At rest no queue holds anything and nothing is sent; ``busy_until`` (set when the switch
-        sends PFC, or a tick finds a backlog) keeps the fast tick rate for a while after."""
+        """Resync tick: read the kernel (one dump) and tick every lossless queue that holds, or
+        just held, packets with its backlog. Queues with a backlog become "hot"."""
         stats = stats if stats is not None else self._backlogs()
-        busy = False
         for n in self.ports:
             for tc in self.cfg.lossless:
                 st = stats[n].get(tc)
                 backlog = st.backlog_bytes if st else 0
                 key = (n, tc)
                 # a queue that is and was empty needs no tick: the program has nothing to do
-                if backlog == 0 and self._last_backlog.get(key, 0) == 0:
+                if backlog == 0 and key not in self.hot:
                     continue
-                self._last_backlog[key] = backlog
+                if backlog:
+                    self.hot.add(key)
+                else:
+                    self.hot.discard(key)
                 self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, backlog))
                 self.stats["ticks"] += 1
-                busy = True
-        if busy:
+        if self.hot:
             self.busy_until = self.clock() + BUSY_HOLD_S
+
+    def timer_tick(self) -> None:
+        """Between resyncs: tick the hot queues without reading the kernel; the program judges
+        its own phantom (drained at the port rate) for XON or a refreshed XOFF."""
+        for n, tc in self.hot:
+            self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, TICK_TIMER_ONLY))
+            self.stats["ticks"] += 1
 
     def _drift(self) -> dict[int, int]:
         """The P4 program's drift register (phantom - kernel backlog) for the lossless queues,
@@ -427,10 +436,15 @@ class SwitchAgent:
             for wd in pr.wd:
                 wd.remaining = w.get("detection_time_ms", 0) / 1000
         socks = list(self.by_sock)
+        next_resync = next_tick
         while self.running:
             now = self.clock()
             if now >= next_tick and now < self.busy_until:
-                self.tick()
+                if now >= next_resync:
+                    self.tick()
+                    next_resync = now + RESYNC_S
+                else:
+                    self.timer_tick()
                 next_tick = now + self.cfg.tick_period_s
             if now >= next_sample:
                 self.sample()
@@ -462,7 +476,7 @@ class SwitchAgent:
                     if addr[2] == PACKET_OUTGOING:  # our switch paused or resumed a neighbour
                         if classes:
                             self.busy_until = self.clock() + BUSY_HOLD_S
-                            next_tick = min(next_tick, self.clock())
+                            next_tick = next_resync = min(next_tick, self.clock())
                         continue
                     if classes:
                         self.on_pfc(pr, classes, t_kernel)
