@@ -22,6 +22,8 @@ register<bit<48>>(PORT_TC_CELLS) q_time;
 register<bit<48>>(PORT_TC_CELLS) paused_until;
 /* Per (ingress port, class): when we last sent XOFF there (us); 0 = never. */
 register<bit<48>>(PORT_TC_CELLS) xoff_sent_at;
+/* Per (egress port, class): when a tick last refreshed the pauses on its account (us). */
+register<bit<48>>(PORT_TC_CELLS) refreshed_at;
 /* Per (egress port, class): the ingress ports we paused on its account (bit i = port i). */
 register<bit<64>>(PORT_TC_CELLS) paused_by;
 /* Per (egress port, class): phantom minus kernel backlog at the last tick (two's complement). */
@@ -162,11 +164,19 @@ control RoceLossless(inout headers_t hdr,
                     meta.pfc_quanta = 0;                  /* XON: the queue has drained */
                     paused_by.write(idx, 0);
                     std_meta.mcast_grp = PFC_MCAST_GROUP;
-                } else if (level > meta.xoff) {
-                    meta.pfc_quanta = meta.pause_quanta;  /* still congested: refresh */
-                    std_meta.mcast_grp = PFC_MCAST_GROUP;
                 } else {
-                    mark_to_drop(std_meta);               /* between XON and XOFF: leave it */
+                    /* Above XON the pause holds (PFC's hysteresis): refresh it before it
+                     * expires, however long that takes -- this is what lets a cycle of full
+                     * buffers deadlock, as on real switches. */
+                    bit<48> last;
+                    refreshed_at.read(last, idx);
+                    if (meta.now - last > meta.refresh_us) {
+                        refreshed_at.write(idx, meta.now);
+                        meta.pfc_quanta = meta.pause_quanta;
+                        std_meta.mcast_grp = PFC_MCAST_GROUP;
+                    } else {
+                        mark_to_drop(std_meta);
+                    }
                 }
             } else if (meta.qp_valid == 1) {
                 /* A data packet on its way to (egress_spec, tc): it joins the queue. */
@@ -203,8 +213,11 @@ control RoceLossless(inout headers_t hdr,
                     xoff_sent_at.read(last, pidx);
                     bit<64> ports;
                     paused_by.read(ports, idx);
-                    paused_by.write(idx, ports | ((bit<64>) 1 << (bit<8>) std_meta.ingress_port));
-                    if (last == 0 || meta.now - last > meta.refresh_us) {
+                    bit<64> me = (bit<64>) 1 << (bit<8>) std_meta.ingress_port;
+                    paused_by.write(idx, ports | me);
+                    /* XOFF if this port is not paused on this queue's account (never, or an
+                     * XON resumed it), or to refresh a pause that is about to expire. */
+                    if ((ports & me) == 0 || meta.now - last > meta.refresh_us) {
                         xoff_sent_at.write(pidx, meta.now);
                         meta.pfc_tc = meta.tc;
                         meta.pfc_quanta = meta.pause_quanta;
