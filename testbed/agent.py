@@ -226,12 +226,13 @@ class SwitchAgent:
     def _resume(self, pr: PortRuntime, tc: int, now: float, why: str,
                 t_kernel: float | None = None) -> None:
         st = pr.pause[tc]
+        st.total += now - st.since
+        st.until = 0.0
+        # logged as decided, before the gate change (which waits for tc before kicking)
+        self._event(pr, tc, why, 0, t_kernel)
         if not (pr.wd[tc].storm and self.wd_action == "drop"):
             pr.gates.open(tc)
         self.stats["gate_changes"] += 1
-        st.total += now - st.since
-        st.until = 0.0
-        self._event(pr, tc, why, 0, t_kernel)
 
     def _event(self, pr: PortRuntime, tc: int, what: str, quanta: int,
                t_kernel: float | None, detail: str = "") -> None:

@@ -42,6 +42,15 @@ def _fabric_config(config: Path | None, overrides: dict) -> FabricConfig:
     return parse_config(data, str(config) if config else "command line")
 
 
+def _config_or_exit(config: Path | None, **shape) -> FabricConfig:
+    """The fabric config from a file and/or shape flags; a clear message and exit on mistakes."""
+    try:
+        return _fabric_config(config, shape)
+    except ConfigError as exc:
+        _fail(exc.render())
+        raise  # unreachable: _fail exits
+
+
 @app.command()
 def up(
     config: Annotated[Path | None, typer.Argument(help="Fabric YAML file.")] = None,
@@ -62,12 +71,8 @@ def up(
     """Bring a leaf-spine fabric up and open the Mininet CLI (or run --pingall / --exec)."""
     if os.geteuid() != 0:
         _fail("the testbed needs root for namespaces and veths: run it with sudo")
-    try:
-        cfg = _fabric_config(config, {"spines": spines, "leaves": leaves,
-                                      "hosts_per_leaf": hosts_per_leaf,
-                                      "parallel_links": parallel_links})
-    except ConfigError as exc:
-        _fail(exc.render())
+    cfg = _config_or_exit(config, spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf,
+                          parallel_links=parallel_links)
     if log:
         cfg.switch.log = True
 
@@ -303,12 +308,8 @@ def topology(
     """Print the resolved topology (nodes, ports, addresses, routes) as JSON; needs no root."""
     from testbed.topology import build_topology
 
-    try:
-        cfg = _fabric_config(config, {"spines": spines, "leaves": leaves,
-                                      "hosts_per_leaf": hosts_per_leaf,
-                                      "parallel_links": parallel_links})
-    except ConfigError as exc:
-        _fail(exc.render())
+    cfg = _config_or_exit(config, spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf,
+                          parallel_links=parallel_links)
     print(build_topology(cfg).to_json())
 
 
