@@ -256,7 +256,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
         timeline.append({"t_s": round(time.monotonic() - t0, 3), "event": "senders stop"})
         time.sleep(sc.extras.settle_s)
         counters = fabric_counters(fabric)
-        res.summary = _summary(sc, fabric, eps, runner, counters, timeline)
+        res.summary = _summary(sc, eps, runner, counters, timeline)
         res.summary["kernel_drops_lossless"] = sum(kernel_drops(counters, tc)
                                                    for tc in sc.cfg.qos.pfc_enable)
         res.summary["hidden_loss"] = hidden_loss(counters)
@@ -303,7 +303,7 @@ def _watchdog_events(run_dir: Path) -> list[dict]:
     return out
 
 
-def _summary(sc: Scenario, fabric, eps, runner, counters, timeline) -> dict:
+def _summary(sc: Scenario, eps, runner, counters, timeline) -> dict:
     flows = {}
     for f in sc.extras.flows:
         src = eps[f.src].call(cmd="stats")["qps"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import socket
 import struct
 import subprocess
 import time
@@ -19,7 +18,6 @@ from tests.hostpair import IPS, MACS, bridge_counts, host_pair
 from traffic.layers import BTH
 from traffic.packets import (
     ACK,
-    CNP,
     SEND_ONLY,
     WRITE_ONLY,
     RoceFrameBuilder,
@@ -149,11 +147,6 @@ def test_ce_marks_cnps_spaced_rate_falls_then_recovers(tmp_path: Path) -> None:
     assert min(rates) < 0.3 * 20e6 and max(rates) > 0.95 * 20e6
 
 
-def _raw_sender(hp, host: str):
-    """A raw socket inside a host's namespace (opened via setns in a child)."""
-    return hp
-
-
 def _send_raw(hp, host: str, frames: list[bytes]) -> None:
     script = ("import socket,sys,json\n"
               "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n"
@@ -241,4 +234,3 @@ def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
     assert st["frames_rx"] >= 1005 and dropped >= 1005, st
     assert all_idle(done)
     assert done["qps"][str(0x100)]["bytes_acked"] == 10_000
-    _ = socket, CNP
