@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 from scapy.compat import raw
 from scapy.layers.l2 import Ether
@@ -15,6 +17,7 @@ from traffic.packets import (
     WRITE_ONLY,
     Malformed,
     RoceFrameBuilder,
+    crc32_combine,
     parse_pfc,
     parse_roce,
     pfc_frame,
@@ -82,3 +85,36 @@ def test_pfc_frame() -> None:
 def test_psn_serial_arithmetic() -> None:
     assert psn_add(0xFFFFFF, 2) == 1
     assert psn_diff(1, 0xFFFFFF) == 2 and psn_diff(0xFFFFFF, 1) == -2
+
+
+@pytest.mark.parametrize(("a_len", "b_len"), [(0, 0), (5, 0), (0, 7), (13, 4096), (40, 1)])
+def test_crc32_combine_is_the_crc_of_the_concatenation(a_len: int, b_len: int) -> None:
+    a, b = bytes(range(7, 7 + a_len % 249)) * (a_len // 249 + 1), bytes(range(b_len % 256)) * 17
+    a, b = a[:a_len], b[:b_len]
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+@pytest.mark.parametrize("payload_len", [0, 1, 3, 4, 4095, 4096])
+def test_a_known_payload_crc_gives_the_same_frame_and_the_same_icrc_check(payload_len: int
+                                                                          ) -> None:
+    b = RoceFrameBuilder(*A)
+    payload = (bytes(range(251)) * 17)[:payload_len]
+    ext = b.reth(0x1000, 7, payload_len)
+    f = b.frame(WRITE_FIRST, 0x42, 9, payload, ext=ext, payload_crc=zlib.crc32(payload))
+    assert f == b.frame(WRITE_FIRST, 0x42, 9, payload, ext=ext)
+    asked = []
+
+    def known(p):
+        asked.append(p.psn)
+        return zlib.crc32(p.payload)
+
+    p = parse_roce(f, known)
+    assert asked == [9] and p.icrc_ok and p.payload == payload
+    marked = bytearray(f)
+    marked[15] |= 3  # CE on the path: masked out of the ICRC
+    assert parse_roce(bytes(marked), known).icrc_ok
+    for i in (14 + 20 + 8 + 3, len(f) - 1):  # the PSN; the ICRC itself
+        bad = bytearray(f)
+        bad[i] ^= 0x10
+        assert not parse_roce(bytes(bad), known).icrc_ok
+    assert not parse_roce(bytes(bad), lambda p: None).icrc_ok  # None: the full check

@@ -101,3 +101,20 @@ def test_timeout_resends_when_everything_is_lost() -> None:
     frame, seg = req.next_frame(0.6)
     assert seg.psn == 0 and req.stats.retransmitted == 1
     assert parse_roce(frame).opcode == WRITE_ONLY
+
+
+def test_receive_fast_path_still_checks_payload_and_icrc() -> None:
+    req, resp = Requester(1, 2, B, mtu=1024), Responder(2, 1)
+    req.post("write", 5000, 0.0)
+    frames = [req.next_frame(0.0)[0] for _ in range(3)]
+    p = parse_roce(frames[0], resp.payload_crc)
+    assert p.icrc_ok and resp.on_data(p) is None and resp.stats.corrupt == 0
+    bad = bytearray(frames[1])
+    bad[-1] ^= 1
+    assert not parse_roce(bytes(bad), resp.payload_crc).icrc_ok
+    # a well-formed frame, right PSN, wrong payload bytes: its ICRC is good, the data is not
+    wrong = B.frame(WRITE_MIDDLE, 2, 1, b"\x00" * 1024)
+    p = parse_roce(wrong, resp.payload_crc)
+    assert p.icrc_ok
+    resp.on_data(p)
+    assert resp.stats.corrupt == 1

@@ -5,12 +5,19 @@ reference: tests check that these bytes equal what Scapy builds. The endpoint ca
 Scapy build per packet (nor Scapy's import time in every host), so :class:`RoceFrameBuilder`
 keeps each QP's Ethernet/IPv4/UDP header prebuilt and writes only the BTH, the payload and the
 ICRC (computed incrementally) per packet.
+
+The ICRC over a 4 KiB payload is the most expensive step of a send or a receive (about 1 us of
+zlib per pass). Both sides usually know the payload's CRC already, because the payload is a
+fixed pattern (:mod:`traffic.qp`), so they may pass it in and the ICRC is finished with
+:func:`crc32_combine` (a few table lookups) instead of a pass over the payload.
 """
 
 from __future__ import annotations
 
+import socket
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 ROCEV2_PORT = 4791
@@ -46,7 +53,17 @@ ICRC_LEN = 4
 PSN_MASK = 0xFFFFFF
 # opcode, flags (SE, M, pad, version), P_Key, FECN/BECN/reserved + DestQP, AckReq + PSN
 _BTH = struct.Struct("!BBHII")
+_BTH_FIELDS = struct.Struct("!BBHBBBBI")
 _ICRC = struct.Struct("<I")
+_UDP_PORTS = struct.Struct("!HH")
+_U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+_PAD = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
+_bth_pack = _BTH.pack
+_icrc_pack = _ICRC.pack
+_crc32 = zlib.crc32
+#: The BTH byte holding FECN, BECN and reserved bits, as the ICRC sees it (masked to ones).
+_BTH_MASK = 0xFF000000
 
 
 def psn_add(psn: int, n: int) -> int:
@@ -85,6 +102,43 @@ def _mask_ip_udp(ip_udp: bytes) -> bytes:
 
 def _mask_bth(bth: bytes) -> bytes:
     return bth[:4] + b"\xff" + bth[5:]  # BTH FECN, BECN and reserved bits
+
+
+_SHIFT_TABLES: dict[int, tuple[list[int], list[int], list[int], list[int]]] = {}
+
+
+def _shift_tables(nbytes: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Byte tables of the linear map "run a CRC-32 register over ``nbytes`` zero bytes".
+
+    Built from zlib itself (32 basis vectors) and cached per length; payload lengths are few
+    (the path MTU and the tails of messages).
+    """
+    tables = _SHIFT_TABLES.get(nbytes)
+    if tables is None:
+        zeros = bytes(nbytes)
+        base = zlib.crc32(zeros)
+        basis = [zlib.crc32(zeros, 1 << i) ^ base for i in range(32)]
+        built = []
+        for k in range(4):
+            t = [0] * 256
+            for v in range(1, 256):
+                low = v & -v
+                t[v] = t[v ^ low] ^ basis[8 * k + low.bit_length() - 1]
+            built.append(t)
+        if len(_SHIFT_TABLES) >= 1024:  # odd message sizes: keep the cache bounded
+            _SHIFT_TABLES.clear()
+        tables = _SHIFT_TABLES[nbytes] = (built[0], built[1], built[2], built[3])
+    return tables
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """``zlib.crc32(a + b)`` from ``crc1 = zlib.crc32(a)``, ``crc2 = zlib.crc32(b)``, ``len(b)``.
+
+    zlib's own crc32_combine, which Python does not expose: CRC-32 is affine, so
+    ``crc32(b, c) = crc32(b) ^ L(c)`` where ``L`` runs the register over ``len(b)`` zeros.
+    """
+    t0, t1, t2, t3 = _shift_tables(len2)
+    return crc2 ^ t0[crc1 & 0xFF] ^ t1[crc1 >> 8 & 0xFF] ^ t2[crc1 >> 16 & 0xFF] ^ t3[crc1 >> 24]
 
 
 def icrc(ip_udp_bth_payload: bytes) -> bytes:
@@ -131,20 +185,32 @@ class RoceFrameBuilder:
 
     def frame(self, opcode: int, dqpn: int, psn: int, payload: bytes = b"", *,
               ack_req: bool = False, becn: bool = False, ext: bytes = b"",
-              solicited: bool = False) -> bytes:
-        """One RoCEv2 frame. ``ext`` holds the extended headers (RETH, AETH) after the BTH."""
-        pad = (-len(payload)) % 4
-        bth = _BTH.pack(opcode, (int(solicited) << 7) | (pad << 4), 0xFFFF,
-                        (int(becn) << 30) | (dqpn & 0xFFFFFF),
-                        (int(ack_req) << 31) | (psn & PSN_MASK))
-        hdr, crc = self._ip_udp(BTH_LEN + len(ext) + len(payload) + pad + ICRC_LEN)
-        crc = zlib.crc32(_mask_bth(bth), crc)
+              solicited: bool = False, payload_crc: int | None = None) -> bytes:
+        """One RoCEv2 frame. ``ext`` holds the extended headers (RETH, AETH) after the BTH.
+
+        ``payload_crc``, if given, must be ``zlib.crc32(payload)``: the ICRC then costs no pass
+        over the payload.
+        """
+        plen = len(payload)
+        pad = -plen & 3
+        flags = (solicited << 7) | (pad << 4)
+        dq = dqpn & 0xFFFFFF
+        apsn = (ack_req << 31) | (psn & PSN_MASK)
+        l4_len = BTH_LEN + ICRC_LEN + len(ext) + plen + pad
+        hdr, crc = self._ip_cache.get(l4_len) or self._ip_udp(l4_len)
+        crc = _crc32(_bth_pack(opcode, flags, 0xFFFF, _BTH_MASK | dq, apsn), crc)
         if ext:
-            crc = zlib.crc32(ext, crc)
-        crc = zlib.crc32(payload, crc)
+            crc = _crc32(ext, crc)
+        if payload_crc is None:
+            crc = _crc32(payload, crc)
+        elif plen:  # crc32_combine, inline: this is the hot path of every data packet
+            t0, t1, t2, t3 = _SHIFT_TABLES.get(plen) or _shift_tables(plen)
+            crc = payload_crc ^ t0[crc & 0xFF] ^ t1[crc >> 8 & 0xFF] ^ t2[crc >> 16 & 0xFF] \
+                ^ t3[crc >> 24]
         if pad:
-            crc = zlib.crc32(b"\x00" * pad, crc)
-        return b"".join((hdr, bth, ext, payload, b"\x00" * pad, _ICRC.pack(crc & 0xFFFFFFFF)))
+            crc = _crc32(_PAD[pad], crc)
+        return b"".join((hdr, _bth_pack(opcode, flags, 0xFFFF, (becn << 30) | dq, apsn), ext,
+                         payload, _PAD[pad], _icrc_pack(crc)))
 
     def reth(self, va: int, rkey: int, dlen: int) -> bytes:
         return struct.pack("!QII", va, rkey, dlen)
@@ -166,12 +232,11 @@ def pfc_frame(src_mac: str, quanta: dict[int, int]) -> bytes:
     return frame + b"\x00" * (60 - len(frame))
 
 
-@dataclass
+@dataclass(slots=True)
 class ParsedRoce:
     """What the endpoint needs from a received RoCEv2 frame."""
 
-    src_ip: str
-    dst_ip: str
+    addrs: bytes  # IPv4 source and destination, as on the wire (see src_ip, dst_ip)
     ecn: int
     src_port: int
     opcode: int
@@ -184,6 +249,15 @@ class ParsedRoce:
     msn: int = 0
     icrc_ok: bool = True
 
+    @property
+    def src_ip(self) -> str:
+        """Dotted source address; decoded on demand, the endpoint never needs it per packet."""
+        return socket.inet_ntoa(self.addrs[:4])
+
+    @property
+    def dst_ip(self) -> str:
+        return socket.inet_ntoa(self.addrs[4:])
+
 
 class Malformed(ValueError):
     """A frame that claims to be RoCEv2 but cannot be one; the reason is the message."""
@@ -191,54 +265,86 @@ class Malformed(ValueError):
 
 def parse_pfc(frame: bytes) -> dict[int, int] | None:
     """Class -> quanta for a PFC frame, or None if the frame is not PFC."""
-    if len(frame) < 14 + 20 or frame[12:14] != b"\x88\x08":
+    if len(frame) < 14 + 20 or frame[12] != 0x88 or frame[13] != 0x08:
         return None
-    opcode, vector, *times = struct.unpack("!HH8H", frame[14:34])
+    opcode, vector, *times = struct.unpack_from("!HH8H", frame, 14)
     if opcode != PFC_OPCODE:
         return None
     return {c: times[c] for c in range(8) if vector >> c & 1}
 
 
-def parse_roce(frame: bytes) -> ParsedRoce | None:
-    """Parse an Ethernet frame; None if it is not RoCEv2, Malformed if it is but broken."""
-    if len(frame) < 14 + 20 + 8 or frame[12:14] != b"\x08\x00":
+_MASKED_IP_UDP_CRC: dict[bytes, int] = {}
+
+
+def _ip_udp_crc(ip_udp: bytes) -> int:
+    """CRC-32 of the masked pseudo-LRH + IPv4 + UDP headers; a flow's headers repeat, so cached."""
+    crc = _MASKED_IP_UDP_CRC.get(ip_udp)
+    if crc is None:
+        if len(_MASKED_IP_UDP_CRC) >= 4096:  # many flows or junk: keep the cache bounded
+            _MASKED_IP_UDP_CRC.clear()
+        crc = _MASKED_IP_UDP_CRC[ip_udp] = zlib.crc32(_mask_ip_udp(ip_udp))
+    return crc
+
+
+def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | None = None
+               ) -> ParsedRoce | None:
+    """Parse an Ethernet frame; None if it is not RoCEv2, Malformed if it is but broken.
+
+    ``payload_crc``, if given, is asked for ``zlib.crc32(p.payload)`` before the ICRC check; a
+    receiver that compares the payload with bytes it expects knows that CRC already, and the
+    check then costs no pass over the payload. It returns None when it does not know.
+    """
+    n = len(frame)
+    if n < 14 + 20 + 8 or frame[12] != 0x08 or frame[13] != 0x00:
         return None
     ihl = (frame[14] & 0x0F) * 4
     if frame[14 + 9] != 17 or ihl < 20:
         return None
     u = 14 + ihl
-    if len(frame) < u + 8:
+    if n < u + 8:
         return None
-    sport, dport, ulen = struct.unpack("!HHH", frame[u:u + 6])
+    sport, dport = _UDP_PORTS.unpack_from(frame, u)
     if dport != ROCEV2_PORT:
         return None
-    total = struct.unpack("!H", frame[16:18])[0]
-    end = 14 + total
+    end = 14 + _U16.unpack_from(frame, 16)[0]
     b = u + 8
-    if end > len(frame) or end - b < BTH_LEN + ICRC_LEN:
+    if end > n or end - b < BTH_LEN + ICRC_LEN:
         raise Malformed("truncated BTH")
-    opcode, flags, _pkey, fb, q0, q1, q2, apsn = struct.unpack("!BBHBBBBI", frame[b:b + 12])
+    opcode, flags, _pkey, fb, q0, q1, q2, apsn = _BTH_FIELDS.unpack_from(frame, b)
     pad = (flags >> 4) & 3
     p = ParsedRoce(
-        src_ip=".".join(map(str, frame[26:30])), dst_ip=".".join(map(str, frame[30:34])),
-        ecn=frame[15] & 3, src_port=sport, opcode=opcode, becn=bool(fb >> 6 & 1),
-        dqpn=(q0 << 16) | (q1 << 8) | q2, ack_req=bool(apsn >> 31), psn=apsn & PSN_MASK,
-        payload=b"",
+        addrs=frame[26:34], ecn=frame[15] & 3, src_port=sport, opcode=opcode,
+        becn=bool(fb >> 6 & 1), dqpn=(q0 << 16) | (q1 << 8) | q2, ack_req=bool(apsn >> 31),
+        psn=apsn & PSN_MASK, payload=b"",
     )
-    p.icrc_ok = icrc(frame[14:end - ICRC_LEN]) == frame[end - ICRC_LEN:end]
     off = b + BTH_LEN
+    stop = end - ICRC_LEN
     if opcode == ACK:
-        if end - ICRC_LEN - off < AETH_LEN:
+        if stop - off < AETH_LEN:
             raise Malformed("truncated AETH")
-        aeth = struct.unpack("!I", frame[off:off + 4])[0]
+        aeth = _U32.unpack_from(frame, off)[0]
         p.syndrome, p.msn = aeth >> 24, aeth & 0xFFFFFF
     elif opcode in RETH_OPCODES:
         off += RETH_LEN
     elif opcode not in DATA_OPCODES and opcode != CNP:
         raise Malformed(f"unsupported opcode 0x{opcode:02x}")
+    known = None
     if opcode in DATA_OPCODES:
-        stop = end - ICRC_LEN - pad
+        stop -= pad
         if stop < off:
             raise Malformed("truncated payload")
         p.payload = frame[off:stop]
+        if payload_crc is not None and ihl == 20:
+            known = payload_crc(p)
+    if known is None:
+        p.icrc_ok = icrc(frame[14:end - ICRC_LEN]) == frame[end - ICRC_LEN:end]
+    else:  # the same ICRC, with the payload's pass replaced by a combine
+        crc = _ip_udp_crc(frame[14:b])
+        crc = zlib.crc32(frame[b:b + 4], crc)
+        crc = zlib.crc32(b"\xff", crc)
+        crc = zlib.crc32(frame[b + 5:off], crc)
+        crc = crc32_combine(crc, known, stop - off)
+        if pad:
+            crc = zlib.crc32(frame[stop:end - ICRC_LEN], crc)
+        p.icrc_ok = _ICRC.pack(crc) == frame[end - ICRC_LEN:end]
     return p

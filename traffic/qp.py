@@ -11,11 +11,14 @@ checks that every byte arrives once, in order, with the right content.
 from __future__ import annotations
 
 import collections
+import zlib
 from dataclasses import dataclass, field
 
 from traffic.packets import (
     FIRST_OPCODES,
     LAST_OPCODES,
+    PSN_MASK,
+    RETH_OPCODES,
     SEND_FIRST,
     SEND_LAST,
     SEND_MIDDLE,
@@ -34,6 +37,7 @@ from traffic.packets import (
 
 _PERIOD = 251  # a prime, so the pattern does not line up with packet sizes
 _PATTERN = bytes(i % _PERIOD for i in range(_PERIOD * 2 + 65536))
+_PATTERN_LEN = len(_PATTERN)
 
 
 def pattern(offset: int, length: int) -> bytes:
@@ -44,11 +48,28 @@ def pattern(offset: int, length: int) -> bytes:
     return bytes((offset + i) % _PERIOD for i in range(length))
 
 
+_PATTERN_CRC: dict[tuple[int, int], int] = {}
+
+
+def pattern_crc(offset: int, length: int) -> int:
+    """``zlib.crc32(pattern(offset, length))``, cached: the pattern repeats every 251 bytes, so a
+    QP sending full-MTU packets needs at most 251 of them, and its ICRCs need no payload pass."""
+    key = (offset % _PERIOD, length)
+    crc = _PATTERN_CRC.get(key)
+    if crc is None:
+        if len(_PATTERN_CRC) >= 8192:  # many odd message sizes: keep the cache bounded
+            _PATTERN_CRC.clear()
+        crc = _PATTERN_CRC[key] = zlib.crc32(pattern(offset, length))
+    return crc
+
+
+#: Opcodes that begin a message.
+_STARTS = FIRST_OPCODES | {SEND_ONLY, WRITE_ONLY}
 _OPS = {"write": (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY),
         "send": (SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY)}
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     msg_id: int
     kind: str  # "write" | "send"
@@ -60,7 +81,7 @@ class Message:
     completed_at: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Segment:
     psn: int
     msg: Message
@@ -126,51 +147,63 @@ class Requester:
     def _segment(self) -> Segment:
         m = self.pending[0]
         off = self._pending_offset
-        length = min(self.mtu, m.size - off)
+        length = m.size - off
+        if length > self.mtu:
+            length = self.mtu
         first, middle, last, only = _OPS[m.kind]
-        is_first, is_last = off == 0, off + length == m.size
-        if is_first:
+        is_last = off + length == m.size
+        psn = self.next_psn
+        if off == 0:
             opcode = only if is_last else first
+            m.first_psn = psn
         else:
             opcode = last if is_last else middle
         self._since_ackreq += 1
         ack_req = is_last or self._since_ackreq >= self.ack_req_every
         if ack_req:
             self._since_ackreq = 0
-        seg = Segment(self.next_psn, m, off, length, opcode, ack_req)
-        if is_first:
-            m.first_psn = self.next_psn
         if is_last:
-            m.last_psn = self.next_psn
+            m.last_psn = psn
             self.pending.popleft()
             self._pending_offset = 0
         else:
-            self._pending_offset += length
-        self.next_psn = psn_add(self.next_psn, 1)
-        return seg
+            self._pending_offset = off + length
+        self.next_psn = (psn + 1) & PSN_MASK
+        return Segment(psn, m, off, length, opcode, ack_req)
 
     def next_frame(self, now: float) -> tuple[bytes, Segment] | None:
         """The next frame to put on the wire (a Go-Back-N resend first), or None."""
-        if self.cursor >= len(self.unacked):
-            if not self.pending or len(self.unacked) >= self.max_outstanding:
+        unacked = self.unacked
+        cursor = self.cursor
+        if cursor >= len(unacked):
+            if not self.pending or len(unacked) >= self.max_outstanding:
                 return None
-            if not self.unacked:
+            if not unacked:
                 self._last_progress = now
-            self.unacked.append(self._segment())
-        seg = self.unacked[self.cursor]
-        self.cursor += 1
+            unacked.append(self._segment())
+        seg = unacked[cursor]
+        self.cursor = cursor + 1
+        stats = self.stats
         if seg.sent_times:
-            self.stats.retransmitted += 1
+            stats.retransmitted += 1
         seg.sent_times += 1
         m = seg.msg
         ext = b""
-        if seg.opcode in (WRITE_FIRST, WRITE_ONLY):
+        if seg.opcode in RETH_OPCODES:
             ext = self.builder.reth(0x10000000 + m.stream_offset, self.rkey, m.size)
-        payload = pattern(m.stream_offset + seg.offset, seg.length)
+        start, length = m.stream_offset + seg.offset, seg.length
+        phase = start % _PERIOD
+        if length <= _PATTERN_LEN - phase:  # pattern() and pattern_crc(), inline: hot path
+            payload = _PATTERN[phase:phase + length]
+        else:
+            payload = pattern(start, length)
+        crc = _PATTERN_CRC.get((phase, length))
+        if crc is None:
+            crc = pattern_crc(start, length)
         frame = self.builder.frame(seg.opcode, self.dqpn, seg.psn, payload, ack_req=seg.ack_req,
-                                   ext=ext)
-        self.stats.packets_sent += 1
-        self.stats.bytes_sent += len(frame)
+                                   ext=ext, payload_crc=crc)
+        stats.packets_sent += 1
+        stats.bytes_sent += len(frame)
         return frame, seg
 
     def _ack_through(self, psn: int, now: float) -> None:
@@ -237,37 +270,56 @@ class Responder:
         self._nak_sent = False
         self._since_ack = 0
         self._in_message = False
+        self._intact: ParsedRoce | None = None  # the packet payload_crc() found intact
+
+
+    def payload_crc(self, p: ParsedRoce) -> int | None:
+        """``zlib.crc32(p.payload)`` if ``p`` is the packet expected next and carries the bytes
+        expected, else None: lets the ICRC check skip its pass over the payload (see
+        :func:`traffic.packets.parse_roce`). Comparing bytes costs a fraction of a CRC."""
+        if p.psn != self.epsn:
+            return None
+        n = len(p.payload)
+        if p.payload != pattern(self.stream_offset, n):
+            return None
+        self._intact = p  # on_data need not compare it again
+        return pattern_crc(self.stream_offset, n)
 
     def on_data(self, p: ParsedRoce) -> tuple[int, int, int] | None:
         """Take a data packet; return (syndrome, psn, msn) of the ACK/NAK to send, or None."""
-        d = psn_diff(p.psn, self.epsn)
-        if d < 0:
-            self.stats.duplicates += 1
-            return SYNDROME_ACK, psn_add(self.epsn, -1 & 0xFFFFFF), self.msn
-        if d > 0:
-            self.stats.out_of_order += 1
+        stats = self.stats
+        epsn = self.epsn
+        if p.psn != epsn:
+            if psn_diff(p.psn, epsn) < 0:
+                stats.duplicates += 1
+                return SYNDROME_ACK, (epsn - 1) & PSN_MASK, self.msn
+            stats.out_of_order += 1
             if self._nak_sent:
                 return None
             self._nak_sent = True
-            self.stats.naks_sent += 1
-            return SYNDROME_NAK_PSN_SEQ, self.epsn, self.msn
+            stats.naks_sent += 1
+            return SYNDROME_NAK_PSN_SEQ, epsn, self.msn
         # in order
-        starts = p.opcode in FIRST_OPCODES or p.opcode in (SEND_ONLY, WRITE_ONLY)
-        if p.payload != pattern(self.stream_offset, len(p.payload)) or starts == self._in_message:
-            self.stats.corrupt += 1
-        self._in_message = p.opcode not in LAST_OPCODES
+        opcode, n = p.opcode, len(p.payload)
+        intact = p is self._intact or p.payload == pattern(self.stream_offset, n)
+        self._intact = None
+        starts = opcode in _STARTS
+        is_last = opcode in LAST_OPCODES
+        if not intact or starts == self._in_message:
+            stats.corrupt += 1
+        self._in_message = not is_last
         self._nak_sent = False
-        self.stats.packets += 1
-        self.stats.bytes += len(p.payload)
-        self.stream_offset += len(p.payload)
-        self.epsn = psn_add(self.epsn, 1)
-        if p.opcode in LAST_OPCODES:
+        stats.packets += 1
+        stats.bytes += n
+        self.stream_offset += n
+        self.epsn = epsn = (epsn + 1) & PSN_MASK
+        if is_last:
             self.msn = (self.msn + 1) & 0xFFFFFF
-            self.stats.messages += 1
+            stats.messages += 1
         self._since_ack += 1
         if p.ack_req or self._since_ack >= self.ack_every:
             self._since_ack = 0
-            self.stats.acks_sent += 1
-            return SYNDROME_ACK, psn_add(self.epsn, -1 & 0xFFFFFF), self.msn
+            stats.acks_sent += 1
+            return SYNDROME_ACK, (epsn - 1) & PSN_MASK, self.msn
         return None
 
