@@ -78,7 +78,11 @@ class ReactionPoint:
         self._last_alpha = self._last_timer = now
 
     def on_sent(self, nbytes: int, now: float) -> None:
-        self.advance(now)
+        p = self.p
+        if now >= self._last_alpha + p.alpha_period_s or now >= self._last_timer + p.timer_period_s:
+            self.advance(now)
+        elif now > self.now:  # no timer due: what advance() would do, without its loops
+            self.now = now
         self.bytes_since += nbytes
         while self.bytes_since >= self.p.byte_counter_bytes:
             self.bytes_since -= self.p.byte_counter_bytes

@@ -37,6 +37,7 @@ from traffic.packets import (
     DSCP_CNP,
     ECN_CE,
     Malformed,
+    ParsedRoce,
     RoceFrameBuilder,
     parse_pfc,
     parse_roce,
@@ -53,7 +54,13 @@ PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back
 #: How far behind schedule a pacer may fall before it forgets the debt; keeps the average rate
 #: exact when the loop wakes late, without letting a stalled QP burst afterwards.
 PACING_SLACK_S = 0.005
-BURST_FRAMES = 32
+#: A sleeping loop wakes for its next paced frame no sooner than this: at 1,000 frames/s it sends
+#: two frames per wake-up instead of one (each wake-up costs more than a frame). The pacers keep
+#: the debt of a late wake (see PACING_SLACK_S), so the average rate stays exact; must stay well
+#: below PACING_SLACK_S.
+TIMER_GRANULARITY_S = 0.002
+#: Frames sent per loop turn before the loop looks at received frames and commands again.
+BURST_FRAMES = 64
 STORM_INTERVAL_S = 0.02  # a storming NIC's PAUSE frames: 50 per second
 HOUSEKEEPING_S = 0.01
 PFC_QUANTUM_BITS = 512
@@ -88,6 +95,9 @@ MESSAGE_COLUMNS = [
     ("completed_s", "when its last packet was acknowledged"),
     ("fct_s", "flow (message) completion time"),
 ]
+
+
+_INF = float("inf")
 
 
 def _paced(next_time: float, now: float, cost: float) -> float:
@@ -152,6 +162,8 @@ class QpState:
     post_kind: str = "write"
     post_size: int = 0
     _last_bytes: int = 0
+    builder: RoceFrameBuilder | None = None  # ACKs (responder)
+    cnp_builder: RoceFrameBuilder | None = None  # CNPs, DSCP_CNP (responder)
 
     @property
     def rate_bps(self) -> float:
@@ -185,6 +197,8 @@ class Endpoint:
         self._builders: dict[tuple[str, int, int], RoceFrameBuilder] = {}
         self._requesters: list[QpState] = []
         self._next_housekeeping = 0.0
+        self._ctrl_queued = 0  # frames waiting in ctrl_q, so the loop skips the check when 0
+        self._byte_s = 8 / cfg.line_rate_bps  # NIC seconds per byte
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         self._qp_csv = open(cfg.out_dir / "qp_timeseries.csv", "w", newline="")  # noqa: SIM115
         self._qp_w = csv.writer(self._qp_csv)
@@ -200,8 +214,13 @@ class Endpoint:
         self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
         self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
         self.raw.bind((self.cfg.intf, 0))
-        with contextlib.suppress(OSError):
+        # Without our own frames coming back, recv() serves: recvfrom() would cost an extra
+        # ioctl per frame (CPython looks up the interface name for the address it returns).
+        self._ignore_outgoing = True
+        try:
             self.raw.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        except OSError:
+            self._ignore_outgoing = False
         self.raw.setblocking(False)
         # Hold UDP 4791 so the host kernel does not answer RoCE with ICMP port unreachable.
         self.quiet = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -237,21 +256,22 @@ class Endpoint:
             self._builders[key] = b
         return b
 
-    def _send(self, frame: bytes) -> None:
+    def _send(self, frame: bytes, now: float | None = None) -> None:
         try:
             self.raw.send(frame)
             self.stats.frames_tx += 1
         except OSError as exc:  # ENOBUFS while the qdisc is full: counted, not fatal
             self.stats.send_errors += 1
             log.debug("send failed: %s", exc)
-        self.nic_free_at = _paced(self.nic_free_at, self.now(),
-                                  len(frame) * 8 / self.cfg.line_rate_bps)
+        self.nic_free_at = _paced(self.nic_free_at, self.now() if now is None else now,
+                                  len(frame) * self._byte_s)
 
-    def _send_ctrl(self, tc: int, frame: bytes) -> None:
-        if self.paused_until[tc] > self.now():
+    def _send_ctrl(self, tc: int, frame: bytes, now: float) -> None:
+        if self.paused_until[tc] > now:
             self.ctrl_q[tc].append(frame)
+            self._ctrl_queued += 1
         else:
-            self._send(frame)
+            self._send(frame, now)
 
     # -- QPs ----------------------------------------------------------------------------
     def create_qp(self, qpn: int, role: str, peer_ip: str, peer_qpn: int, tc: int = 3,
@@ -276,10 +296,19 @@ class Endpoint:
             self._requesters.append(st)
         else:
             st.responder = Responder(qpn, peer_qpn, start_psn=start_psn)
+            st.builder = builder
+            st.cnp_builder = self._builder(peer_ip, sport, DSCP_CNP)
         self.qps[qpn] = st
         return st
 
     # -- receive ------------------------------------------------------------------------
+    def _expected_payload_crc(self, p: ParsedRoce) -> int | None:
+        """For :func:`parse_roce`: the payload's CRC if a responder QP expected exactly it."""
+        st = self.qps.get(p.dqpn)
+        if st is None or st.responder is None:
+            return None
+        return st.responder.payload_crc(p)
+
     def _on_frame(self, frame: bytes, now: float) -> None:
         self.stats.frames_rx += 1
         pfc = parse_pfc(frame)
@@ -289,7 +318,7 @@ class Endpoint:
                 self._pause(tc, quanta, now)
             return
         try:
-            p = parse_roce(frame)
+            p = parse_roce(frame, self._expected_payload_crc)
         except Malformed as exc:
             self.stats.malformed += 1
             log.debug("malformed: %s", exc)
@@ -320,19 +349,19 @@ class Endpoint:
         else:
             self.stats.malformed += 1  # a data opcode to a requester, an ACK to a responder
 
-    def _deliver(self, st: QpState, p, now: float) -> None:
-        assert st.responder is not None
+    def _deliver(self, st: QpState, p: ParsedRoce, now: float) -> None:
+        assert st.responder is not None and st.builder is not None
         reply = st.responder.on_data(p)
-        b = self._builder(st.peer_ip, st.sport, TC_TO_DSCP[st.tc])
         if reply is not None:
             syn, psn, msn = reply
-            self._send_ctrl(st.tc, b.frame(ACK, st.peer_qpn, psn, ext=b.aeth(syn, msn)))
+            b = st.builder
+            self._send_ctrl(st.tc, b.frame(ACK, st.peer_qpn, psn, ext=b.aeth(syn, msn)), now)
         if p.ecn == ECN_CE:
             st.responder.stats.ce_marked += 1
             if self.np.should_send(st.qpn, now):
-                cb = self._builder(st.peer_ip, st.sport, DSCP_CNP)
-                cnp = cb.frame(CNP, st.peer_qpn, 0, b"\x00" * 16, becn=True)
-                self._send_ctrl(6, cnp)
+                assert st.cnp_builder is not None
+                cnp = st.cnp_builder.frame(CNP, st.peer_qpn, 0, b"\x00" * 16, becn=True)
+                self._send_ctrl(6, cnp, now)
                 st.cnps_sent += 1
                 self.stats.cnps_sent += 1
 
@@ -361,7 +390,7 @@ class Endpoint:
         period = 1.0 / f["max_rx_pps"]
         while self.rx_queue and self._rx_next <= now:
             frame, _ = self.rx_queue.popleft()
-            p = parse_roce(frame)
+            p = parse_roce(frame, self._expected_payload_crc)  # its ICRC was checked on arrival
             st = self.qps.get(p.dqpn)
             if st is not None and st.responder is not None:
                 self._deliver(st, p, now)
@@ -422,49 +451,73 @@ class Endpoint:
 
     # -- transmit -----------------------------------------------------------------------
     def _flush_ctrl(self, now: float) -> None:
-        if not any(self.ctrl_q):
-            return
         for tc in range(8):
-            while self.ctrl_q[tc] and self.paused_until[tc] <= now:
-                self._send(self.ctrl_q[tc].popleft())
+            q = self.ctrl_q[tc]
+            while q and self.paused_until[tc] <= now:
+                self._send(q.popleft(), now)
+                self._ctrl_queued -= 1
 
     def _transmit(self, now: float) -> float | None:
-        """Send the frames that are due (a burst at most); return when the next one is due."""
-        if self.nic_free_at > now:
-            return self.nic_free_at
+        """Send the frames that are due (a burst at most); return when the next one is due.
+
+        The hot path of a sender: one pass per frame through locals, no per-frame clock read
+        (``now`` is at most a burst old, well inside the pacers' slack).
+        """
+        nic_free_at = self.nic_free_at
+        if nic_free_at > now:
+            return nic_free_at
         qps = self._requesters
         n = len(qps)
-        sent = 0
-        while sent < BURST_FRAMES and self.nic_free_at <= now:
+        if not n:
+            return None
+        paused_until = self.paused_until
+        send = self.raw.send
+        byte_s = self._byte_s
+        rr = self._rr
+        sent = errors = 0
+        soonest = None
+        while sent < BURST_FRAMES and nic_free_at <= now:
             soonest = None
-            progressed = False
             for i in range(n):
-                st = qps[(self._rr + i) % n]
+                k = rr + i
+                st = qps[k % n if k >= n else k]
                 req = st.requester
-                if not req.has_work():
-                    continue
-                ready = st.next_time if st.next_time > self.paused_until[st.tc] else \
-                    self.paused_until[st.tc]
+                ready = st.next_time
+                if paused_until[st.tc] > ready:
+                    ready = paused_until[st.tc]
                 if ready > now:
-                    soonest = ready if soonest is None or ready < soonest else soonest
+                    if req.has_work() and (soonest is None or ready < soonest):
+                        soonest = ready
                     continue
                 out = req.next_frame(now)
                 if out is None:
                     continue
                 frame = out[0]
-                self._send(frame)
+                size = len(frame)
+                try:
+                    send(frame)
+                except OSError as exc:  # ENOBUFS while the qdisc is full: counted, not fatal
+                    errors += 1
+                    log.debug("send failed: %s", exc)
+                nic_free_at = (nic_free_at if nic_free_at > now - PACING_SLACK_S
+                               else now - PACING_SLACK_S) + size * byte_s
                 rate = st.rate_bps
-                if rate != float("inf"):
-                    st.next_time = _paced(st.next_time, now, len(frame) * 8 / rate)
+                if rate != _INF:
+                    st.next_time = _paced(st.next_time, now, size * 8 / rate)
                 if st.rp:
-                    st.rp.on_sent(len(frame), now)
-                self._rr = (self._rr + i + 1) % n
+                    st.rp.on_sent(size, now)
+                rr = (k + 1) % n
                 sent += 1
-                progressed = True
                 break
-            if not progressed:
-                return soonest
-        return self.nic_free_at if self.nic_free_at > now else now
+            else:
+                break  # nothing due
+        self.nic_free_at = nic_free_at
+        self._rr = rr
+        self.stats.frames_tx += sent - errors
+        self.stats.send_errors += errors
+        if sent < BURST_FRAMES and nic_free_at <= now:
+            return soonest  # stopped because nothing more is due
+        return nic_free_at if nic_free_at > now else now
 
     def _log_completions(self, st: QpState) -> None:
         req = st.requester
@@ -475,8 +528,10 @@ class Endpoint:
                                   f"{m.completed_at:.6f}", f"{m.completed_at - m.posted_at:.6f}"])
 
     # -- telemetry ----------------------------------------------------------------------
-    def sample(self, force: bool = False) -> None:
-        now = self.now()
+    def sample(self, now: float | None = None, force: bool = False) -> None:
+        """One row per QP into qp_timeseries.csv, if a sample period has passed (or ``force``)."""
+        if now is None:
+            now = self.now()
         if not force and now < self._next_sample:
             return
         dt = self.cfg.sample_period_s
@@ -562,15 +617,15 @@ class Endpoint:
             return {"ok": True}
         raise ValueError(f"unknown cmd {cmd!r}; use qp, post, stats, fault, halt or stop")
 
-    def _serve_client(self, c: socket.socket) -> None:
+    def _serve_client(self, c: socket.socket) -> bool:
+        """Answer the complete command lines waiting on ``c``; False once the client has gone."""
         try:
-            data = c.recv(65536)
+            data = c.recv(65536)  # a blocking socket, read only when epoll says it is readable
         except OSError:
             data = b""
         if not data:
             self.clients.pop(c, None)
-            c.close()
-            return
+            return False
         buf = self.clients[c] + data
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
@@ -581,58 +636,105 @@ class Endpoint:
             with contextlib.suppress(OSError):
                 c.sendall(json.dumps(resp).encode() + b"\n")
         self.clients[c] = buf
+        return True
 
     # -- loop ---------------------------------------------------------------------------
-    def _receive(self, now: float) -> None:
-        """Take every frame waiting on the raw socket (a bounded batch)."""
-        for _ in range(256):
-            try:
-                frame, addr = self.raw.recvfrom(65536)
-            except BlockingIOError:
-                return
-            if addr[2] != PACKET_OUTGOING:
-                self._on_frame(frame, now)
-        self._rx_ready = True  # more may be waiting
+    def _receive(self, now: float) -> bool:
+        """Take the frames waiting on the raw socket (a bounded batch); True if more may wait."""
+        raw = self.raw
+        on_frame = self._on_frame
+        if self._ignore_outgoing:
+            recv = raw.recv
+            for _ in range(256):
+                try:
+                    frame = recv(65536)
+                except BlockingIOError:
+                    return False
+                on_frame(frame, now)
+        else:
+            recvfrom = raw.recvfrom
+            for _ in range(256):
+                try:
+                    frame, addr = recvfrom(65536)
+                except BlockingIOError:
+                    return False
+                if addr[2] != PACKET_OUTGOING:
+                    on_frame(frame, now)
+        return True
+
+    def _housekeeping(self, now: float) -> None:
+        """Duration flows' refills, retransmission timeouts and DCQCN timers: every 10 ms."""
+        for st in self._requesters:
+            if st.post_until > now and len(st.requester.pending) < 2:
+                st.requester.post(st.post_kind, st.post_size, now)
+            st.requester.check_timeout(now)
+            if st.rp:
+                st.rp.advance(now)
+
+    def _next_wake(self, now: float, tx: float | None) -> float:
+        """When the loop must look again, at the latest: the earliest of its deadlines.
+
+        Two deadlines are soft: the next paced frame and housekeeping. Their earliest is put
+        off to at least TIMER_GRANULARITY_S from now, so a fast pacer's frames go out a few per
+        wake-up and housekeeping rides on the same wake-ups; the other deadlines are kept exact.
+        """
+        soft = self._next_housekeeping if self._requesters else _INF
+        if tx is not None and tx < soft:
+            soft = tx
+        if soft > now:
+            soft = max(soft, now + TIMER_GRANULARITY_S)
+        nxt = min(self._next_sample, soft)
+        if self.fault["mode"] != "none":
+            for w in (self._service_slow(now), self._service_storm(now)):
+                if w is not None and w < nxt:
+                    nxt = w
+        for u in self.paused_until:
+            if now < u < nxt:
+                nxt = u
+        return nxt
 
     def run(self, until: float | None = None) -> None:
-        self._rx_ready = True
-        while self._running:
-            now = self.now()
-            if until is not None and now >= until:
-                break
-            if self._rx_ready:
-                self._rx_ready = False
-                self._receive(now)
-            if now >= self._next_housekeeping:
-                self._next_housekeeping = now + HOUSEKEEPING_S
-                for st in self._requesters:
-                    if st.post_until > now and len(st.requester.pending) < 2:
-                        st.requester.post(st.post_kind, st.post_size, now)
-                    st.requester.check_timeout(now)
-                    if st.rp:
-                        st.rp.advance(now)
-            self._flush_ctrl(now)
-            wakes = [self._transmit(now), self._service_slow(now), self._service_storm(now),
-                     self._next_sample]
-            self.sample()
-            nxt = min(w for w in wakes if w is not None)
-            if self._requesters:
-                nxt = min(nxt, self._next_housekeeping)
-            paused = [u for u in self.paused_until if u > now]
-            if paused:
-                nxt = min(nxt, min(paused))
-            timeout = max(0.0, min(nxt - self.now(), 0.05))
-            socks = [self.raw, self.ctl, *self.clients]
-            ready, _, _ = select.select(socks, [], [], timeout)
-            for s in ready:
-                if s is self.raw:
-                    self._rx_ready = True
-                elif s is self.ctl:
-                    with contextlib.suppress(BlockingIOError):
-                        c, _ = self.ctl.accept()
-                        self.clients[c] = b""
-                else:
-                    self._serve_client(s)
+        """The event loop: one epoll on the raw socket and the control sockets, never a spin."""
+        poller = select.epoll()
+        raw_fd, ctl_fd = self.raw.fileno(), self.ctl.fileno()
+        poller.register(raw_fd, select.EPOLLIN)
+        poller.register(ctl_fd, select.EPOLLIN)
+        by_fd: dict[int, socket.socket] = {}
+        rx_ready = True
+        try:
+            while self._running:
+                now = self.now()
+                if until is not None and now >= until:
+                    break
+                if rx_ready:
+                    rx_ready = self._receive(now)
+                if now >= self._next_housekeeping:
+                    self._next_housekeeping = now + HOUSEKEEPING_S
+                    self._housekeeping(now)
+                if self._ctrl_queued:
+                    self._flush_ctrl(now)
+                nxt = self._next_wake(now, self._transmit(now))
+                if now >= self._next_sample:
+                    self.sample(now)
+                    nxt = min(nxt, self._next_sample)
+                timeout = 0.0 if rx_ready else max(0.0, min(nxt - self.now(), 0.05))
+                for fd, _ in poller.poll(timeout):
+                    if fd == raw_fd:
+                        rx_ready = True
+                    elif fd == ctl_fd:
+                        with contextlib.suppress(BlockingIOError):
+                            c, _ = self.ctl.accept()
+                            self.clients[c] = b""
+                            by_fd[c.fileno()] = c
+                            poller.register(c, select.EPOLLIN)
+                    elif fd in by_fd:
+                        c = by_fd[fd]
+                        if not self._serve_client(c):
+                            poller.unregister(fd)
+                            del by_fd[fd]
+                            c.close()
+        finally:
+            poller.close()
 
 
 def main(argv: list[str] | None = None) -> None:
