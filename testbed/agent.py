@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import ctypes
 import heapq
 import json
 import select
@@ -42,6 +43,10 @@ from testbed.tcstats import QdiscReader
 
 ETH_P_PFC = 0x8808
 ETH_P_TICK = 0x88B6
+ETH_P_ALL = 0x0003
+SO_ATTACH_FILTER = 26
+#: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808, drop the rest.
+PFC_BPF = [(0x28, 0, 0, 12), (0x15, 0, 1, ETH_P_PFC), (0x06, 0, 0, 0xFFFF), (0x06, 0, 0, 0)]
 SOL_PACKET = 263
 PACKET_OUTGOING = 4
 #: After the switch sends PFC or a lossless queue holds packets, tick fast for this long.
@@ -53,7 +58,7 @@ PFC_QUANTUM_BITS = 512
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 
 TELEMETRY_COLUMNS = [
-    ("t_s", "seconds since the agent started"),
+    ("t_s", "seconds on the run's clock (since the fabric started)"),
     ("switch", "switch name"),
     ("port", "switch port number"),
     ("tc", "traffic class"),
@@ -69,7 +74,7 @@ TELEMETRY_COLUMNS = [
                             "at the last tick (how far the data plane's view had drifted)"),
 ]
 EVENT_COLUMNS = [
-    ("t_s", "when (agent clock)"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
+    ("t_s", "when, on the run's clock"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
     ("event", "pause, resume (XON), expire (quanta ran out), storm_detected (with the "
               "watchdog action) or storm_restored"),
     ("quanta", "quanta in the frame"),
@@ -102,6 +107,9 @@ class AgentConfig:
     watchdog: dict | None = None  # PfcWatchdogConfig as a dict, with "ports": [numbers]
     state_file: str | None = None
     thrift_port: int | None = None  # BMv2's, inside this namespace: read the drift register
+    #: The fabric's clock origin (CLOCK_MONOTONIC, shared by every process on the machine), so
+    #: that every agent's t_s, the scenario's timeline and the counter samples line up.
+    t0_monotonic: float | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:
@@ -161,21 +169,35 @@ def parse_pfc(frame: bytes) -> dict[int, int] | None:
     return {c: times[c] for c in range(8) if vector >> c & 1}
 
 
+def pfc_socket(ifname: str) -> socket.socket:
+    """A socket that sees every PFC frame on the port, both ways, with kernel timestamps.
+
+    Outgoing frames matter: a PFC frame our own switch sends says a queue of ours crossed XOFF,
+    which is when the ticks are needed (see tick()). Linux hands outgoing frames only to
+    ETH_P_ALL sockets, not to one bound to 0x8808, so the socket takes everything and a BPF
+    filter keeps only MAC control frames in the kernel.
+    """
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    prog = b"".join(struct.pack("HBBI", *ins) for ins in PFC_BPF)
+    buf = ctypes.create_string_buffer(prog)
+    fprog = struct.pack("HL", len(PFC_BPF), ctypes.addressof(buf))
+    s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+    s.bind((ifname, 0))
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return s
+
+
 class SwitchAgent:
     def __init__(self, cfg: AgentConfig, clock=time.monotonic) -> None:
         self.cfg = cfg
         self.clock = clock
-        self.t0 = clock()
+        self.t0 = cfg.t0_monotonic if cfg.t0_monotonic is not None else clock()
         self.batch = TcBatch()
         self.reader = QdiscReader()
         self.ports: dict[int, PortRuntime] = {}
         for p in cfg.ports:
             gates = PortGates(cfg.port_spec(p), batch=self.batch, reader=self.reader)
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_PFC))
-            s.bind((p.ifname, 0))
-            # Outgoing frames are kept: a PFC frame our own switch sends says a queue of ours
-            # crossed XOFF, which is when the ticks are needed (see tick()).
-            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            s = pfc_socket(p.ifname)
             s.setblocking(False)
             self.ports[p.number] = PortRuntime(p, gates, s)
         self.by_sock = {pr.sock: pr for pr in self.ports.values()}
@@ -477,6 +499,11 @@ class SwitchAgent:
                     if addr[2] == PACKET_OUTGOING:  # our switch paused or resumed a neighbour
                         if classes:
                             self.busy_until = self.clock() + BUSY_HOLD_S
+                            # An XOFF can come from the phantom while the kernel queue is
+                            # already empty (and so not hot): without a tick for it the program
+                            # never sees the queue drained and never sends the XON.
+                            self.hot.update((n, tc) for n in self.ports for tc, q in
+                                            classes.items() if q and tc in self.cfg.lossless)
                             next_tick = next_resync = min(next_tick, self.clock())
                         continue
                     if classes:
@@ -515,7 +542,7 @@ def main() -> None:
 def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tick_period_s: float,
                  sample_period_s: float, out_dir: Path, max_frame: int,
                  watchdog=None, state_file: Path | None = None,
-                 thrift_port: int | None = None) -> dict:
+                 thrift_port: int | None = None, t0_monotonic: float | None = None) -> dict:
     wd = None
     if watchdog is not None:
         wd = watchdog.model_dump()
@@ -527,7 +554,7 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
         default_tc=qos.default_tc, lossless=list(qos.pfc_enable), tick_ifname=tick_ifname,
         tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
         max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None,
-        thrift_port=thrift_port))
+        thrift_port=thrift_port, t0_monotonic=t0_monotonic))
 
 
 if __name__ == "__main__":
