@@ -71,6 +71,16 @@ def veth_rx(node, ports: list[int], switch: str) -> dict[int, int]:
     return out
 
 
+#: Cells per port of each counter array the testbed reads; the rest are per (port, class).
+CELLS_PER_PORT = {"RoceIngress.rx_port": 1, "RoceEgress.tx_port": 1, "RoceIngress.drops": 16}
+
+
+def counter_cells(name: str, ports: list[int]) -> list[int]:
+    """The cells of a counter array that belong to the switch's real ports."""
+    width = CELLS_PER_PORT.get(name, NUM_TCS)
+    return [p * width + i for p in ports for i in range(width)]
+
+
 def _split(counter: dict[int, tuple[int, int]], width: int) -> dict[tuple[int, int], int]:
     return {(i // width, i % width): v[0] for i, v in counter.items()}
 
@@ -82,18 +92,22 @@ def switch_counters(fabric, switch: str) -> SwitchCounters:
     ports = list(sw.ports)
     kern = kernel_stats(node, ports, switch)
     rx = veth_rx(node, ports, switch)
-    p4_rx = sess.read_counter("RoceIngress.rx_port")
-    p4_tx = sess.read_counter("RoceEgress.tx_port")
+
+    def read(name: str) -> dict[int, tuple[int, int]]:
+        return sess.read_counter(name, counter_cells(name, ports))
+
+    p4_rx = read("RoceIngress.rx_port")
+    p4_tx = read("RoceEgress.tx_port")
     pcs = {p: PortCounters(kern.get(p, {}), rx.get(p, 0), p4_rx.get(p, (0, 0))[0],
                            p4_tx.get(p, (0, 0))[0]) for p in ports}
     return SwitchCounters(
         ports=pcs,
-        drops=_split(sess.read_counter("RoceIngress.drops"), 16),
-        pfc_tx=_split(sess.read_counter("RoceEgress.pfc_egress.pfc_tx"), NUM_TCS),
-        pfc_rx=_split(sess.read_counter("RoceIngress.pfc_rx"), NUM_TCS),
-        ecn_marked=_split(sess.read_counter("RoceIngress.lossless.ecn_marked"), NUM_TCS),
-        rx_port_tc=_split(sess.read_counter("RoceIngress.rx_port_tc"), NUM_TCS),
-        tx_port_tc=_split(sess.read_counter("RoceEgress.tx_port_tc"), NUM_TCS),
+        drops=_split(read("RoceIngress.drops"), 16),
+        pfc_tx=_split(read("RoceEgress.pfc_egress.pfc_tx"), NUM_TCS),
+        pfc_rx=_split(read("RoceIngress.pfc_rx"), NUM_TCS),
+        ecn_marked=_split(read("RoceIngress.lossless.ecn_marked"), NUM_TCS),
+        rx_port_tc=_split(read("RoceIngress.rx_port_tc"), NUM_TCS),
+        tx_port_tc=_split(read("RoceEgress.tx_port_tc"), NUM_TCS),
     )
 
 

@@ -27,11 +27,17 @@ from mininet.node import Host, Switch
 from testbed.agent import AgentPort, agent_config
 from testbed.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
 from testbed.config import FabricConfig
-from testbed.control import AGENT_PORT, ControlPlaneError, SwitchSession, program_fabric
+from testbed.control import (
+    AGENT_PORT,
+    ControlPlaneError,
+    SwitchSession,
+    program_fabric,
+    routing_entries,
+)
 from testbed.ports import PortSpec, scheduler_commands
 from testbed.qos import queue_profiles
 from testbed.state import RunState, runtime_dir_for
-from testbed.topology import Topology, intf_name
+from testbed.topology import Topology, compute_routes, intf_name
 
 Progress = Callable[[str], None]
 
@@ -148,6 +154,10 @@ class Fabric:
         self._agent_procs: list[subprocess.Popen] = []
         self.state = RunState(cfg.name)
         self.timings = Timings()
+        #: Origin of the run's clock: agents' telemetry and events, the scenario's timeline
+        #: and counter samples are all seconds since this instant.
+        self.t0 = time.monotonic()
+        self.down_links: set[tuple[str, int]] = set()  # (switch, port) ends of failed links
 
     # -- bring-up -----------------------------------------------------------------------
     def _bmv2_options(self, sw_name: str) -> Bmv2Options:
@@ -227,7 +237,7 @@ class Fabric:
                                 a.tick_period_ms / 1000, a.sample_period_ms / 1000, out,
                                 self.topo.mtu + 14, a.pfc_watchdog,
                                 self.runtime_dir / f"{sw.name}.pfcwd.json",
-                                self.cfg.switch.thrift_port)
+                                self.cfg.switch.thrift_port, self.t0)
             path = self.runtime_dir / f"{sw.name}.agent.json"
             path.write_text(json.dumps(conf))
             with open(out / f"{sw.name}.agent.log", "w") as log:
@@ -306,6 +316,25 @@ class Fabric:
     # -- endpoints ----------------------------------------------------------------------
     def endpoint_socket(self, host: str) -> Path:
         return self.runtime_dir / f"{host}.ep"
+
+    def set_link(self, a: str, b: str, up: bool) -> list[str]:
+        """A link between two switches fails or comes back: every switch's routing converges
+        to the fabric without the failed links (see compute_routes). The veths stay up, since
+        taking a veth down under BMv2 stops the switch receiving on every port. Returns the
+        switches whose routes changed."""
+        ends = {(ln.a, ln.a_port) for ln in self.topo.links if {ln.a, ln.b} == {a, b}} | {
+            (ln.b, ln.b_port) for ln in self.topo.links if {ln.a, ln.b} == {a, b}}
+        if not ends:
+            raise ValueError(f"there is no link {a}-{b}")
+        self.down_links = (self.down_links - ends) if up else (self.down_links | ends)
+        builder = next(iter(self.sessions.values())).builder
+        changed = []
+        for sw in self.topo.switches:
+            routing = routing_entries(builder, compute_routes(self.topo, sw,
+                                                              frozenset(self.down_links)))
+            if self.sessions[sw.name].reroute(routing):
+                changed.append(sw.name)
+        return changed
 
     def start_endpoints(self, extra_args: list[str] | None = None) -> dict:
         """One RoCE endpoint process per host, in the host's namespace; returns their clients."""

@@ -35,8 +35,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from testbed.analysis import deadlock_summary
 from testbed.config import ConfigError, FabricConfig, _explain, parse_config
-from testbed.topology import Topology, build_topology, intf_name, pin_route
+from testbed.measure import counter_cells
+from testbed.topology import Topology, build_topology, pin_route
 from traffic.flows import FlowRunner, FlowSpec
 
 
@@ -154,6 +156,9 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
             pair = getattr(fl, kind)
             if pair is not None and frozenset(pair) not in links:
                 problems.append(f"faults.{i}.{kind}: there is no link {pair[0]}-{pair[1]}")
+            elif pair is not None and set(pair) & hosts:
+                problems.append(f"faults.{i}.{kind}: {pair[0]}-{pair[1]} is a host link; only "
+                                f"links between switches can fail (use a host fault instead)")
         if fl.host is not None and fl.host not in hosts:
             problems.append(f"faults.{i}.host: unknown host {fl.host!r}")
     for i, r in enumerate(extras.routes):
@@ -177,20 +182,13 @@ class RunResult:
     summary: dict = field(default_factory=dict)
 
 
-def _set_link(fabric, pair: tuple[str, str], up: bool) -> None:
-    state = "up" if up else "down"
-    for link in fabric.topo.links:
-        if {link.a, link.b} == set(pair):
-            for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
-                fabric.net.get(node).cmd(f"ip link set dev {intf_name(node, port)} {state}")
-
-
 class CounterSampler(threading.Thread):
     """P4 counters of every switch over the run, as rows of (t, switch, counter, index, value)."""
 
     COUNTERS = ("RoceIngress.rx_port", "RoceEgress.tx_port", "RoceEgress.tx_port_tc",
                 "RoceIngress.pfc_rx", "RoceEgress.pfc_egress.pfc_tx",
-                "RoceIngress.lossless.ecn_marked", "RoceIngress.drops")
+                "RoceIngress.lossless.ecn_marked", "RoceIngress.lossless.pfc_xoff_triggered",
+                "RoceIngress.lossless.ticks", "RoceIngress.drops")
 
     def __init__(self, fabric, path: Path, period: float) -> None:
         super().__init__(daemon=True)
@@ -198,16 +196,17 @@ class CounterSampler(threading.Thread):
         self.stop_event = threading.Event()
 
     def run(self) -> None:
-        t0 = time.monotonic()
+        t0 = self.fabric.t0  # the run's clock, shared with the agents' telemetry
         with open(self.path, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["t_s", "switch", "counter", "index", "packets", "bytes"])
             while not self.stop_event.wait(self.period):
                 t = f"{time.monotonic() - t0:.3f}"
                 for name, sess in list(self.fabric.sessions.items()):
+                    ports = list(self.fabric.topo.switch(name).ports)
                     for c in self.COUNTERS:
                         try:
-                            cells = sess.read_counter(c)
+                            cells = sess.read_counter(c, counter_cells(c, ports))
                         except Exception:  # a switch going down at the end of the run
                             continue
                         for idx, (pk, by) in sorted(cells.items()):
@@ -228,6 +227,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
     fabric = Fabric(sc.cfg, sc.topo, run_dir, progress=progress)
     timeline: list[dict] = []
     sampler = None
+    stopped_at: float | None = None
     try:
         fabric.start()
         eps = fabric.start_endpoints([] if sc.extras.endpoints.dcqcn else ["--no-dcqcn"])
@@ -238,22 +238,27 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
             [(f.at_s, "fault", f) for f in sc.extras.faults]
             + [(f.until_s, "fault_end", f) for f in sc.extras.faults if f.until_s is not None],
             key=lambda e: e[0])
-        t0 = time.monotonic()
+        def clock() -> float:  # the run's clock, as in the agents' telemetry
+            return round(time.monotonic() - fabric.t0, 3)
+
+        t0 = time.monotonic()  # flows' start_s and faults' at_s count from here
         runner.start(t0)
+        timeline.append({"t_s": clock(), "event": "start"})
         progress(f"running for {sc.extras.duration_s:g} s")
         for at, kind, f in events:
             delay = t0 + at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             what = _apply_fault(fabric, f, end=(kind == "fault_end"))
-            timeline.append({"t_s": round(time.monotonic() - t0, 3), "event": what})
+            timeline.append({"t_s": clock(), "event": what})
         delay = t0 + sc.extras.duration_s - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         runner.stop()
         for c in eps.values():  # senders stop: what the network holds now stays or drains
             c.call(cmd="halt")
-        timeline.append({"t_s": round(time.monotonic() - t0, 3), "event": "senders stop"})
+        stopped_at = clock()
+        timeline.append({"t_s": stopped_at, "event": "senders stop"})
         time.sleep(sc.extras.settle_s)
         counters = fabric_counters(fabric)
         res.summary = _summary(sc, eps, runner, counters, timeline)
@@ -267,6 +272,9 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
         fabric.stop()
         res.summary.setdefault("timeline", timeline)
         res.summary["watchdog_events"] = _watchdog_events(run_dir)
+        if stopped_at is not None:
+            res.summary["deadlock"] = deadlock_summary(run_dir, stopped_at,
+                                                       list(sc.cfg.qos.pfc_enable))
         (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
         try:
             from testbed.report import make_report
@@ -278,12 +286,12 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
 
 
 def _apply_fault(fabric, f: Fault, end: bool) -> str:
-    if f.link_down is not None:
-        _set_link(fabric, f.link_down, up=False)
-        return f"link {f.link_down[0]}-{f.link_down[1]} down"
-    if f.link_up is not None:
-        _set_link(fabric, f.link_up, up=True)
-        return f"link {f.link_up[0]}-{f.link_up[1]} up"
+    if f.link_down is not None or f.link_up is not None:
+        # both ends route around a failed link, and so does the rest of the fabric
+        pair, up = (f.link_up, True) if f.link_up is not None else (f.link_down, False)
+        changed = fabric.set_link(pair[0], pair[1], up)
+        return (f"link {pair[0]}-{pair[1]} {'up' if up else 'down'} "
+                f"(routes changed on {', '.join(changed) or 'no switch'})")
     c = fabric.endpoints[f.host]
     if end or f.mode == "none":
         c.call(cmd="fault", mode="none")

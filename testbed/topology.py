@@ -238,14 +238,22 @@ def _nexthop(topo: Topology, sw: Switch, port: int) -> NextHop:
     return NextHop(port, p.mac, topo.host(p.peer).mac)
 
 
-def compute_routes(topo: Topology, sw: Switch) -> list[Route]:
+#: A failed link, named by both of its ends: {(switch, port), (switch, port)}.
+DownLinks = frozenset[tuple[str, int]]
+
+
+def compute_routes(topo: Topology, sw: Switch, down: DownLinks = frozenset()) -> list[Route]:
     """Routes of one switch, with the topology's overrides applied.
 
     A leaf reaches its own hosts directly (/32) and every other leaf's subnet through all its
     spine uplinks; a spine reaches each leaf's subnet through all its links to that leaf.
     Valley-free, so these routes alone can never form a loop; overrides can (on purpose).
+
+    ``down`` holds the ends of failed links: the routes are those the fabric converges to
+    without them, as BGP in a Clos would (a spine that lost a leaf withdraws its subnet, so the
+    other leaves stop using that spine for it). Overrides are static and stay as they are.
     """
-    routes = _default_routes(topo, sw)
+    routes = _default_routes(topo, sw, down)
     over = topo.overrides.get(sw.name, {})
     if over:
         routes = [r for r in routes if r.prefix not in over]
@@ -254,7 +262,10 @@ def compute_routes(topo: Topology, sw: Switch) -> list[Route]:
     return routes
 
 
-def _default_routes(topo: Topology, sw: Switch) -> list[Route]:
+def _default_routes(topo: Topology, sw: Switch, down: DownLinks = frozenset()) -> list[Route]:
+    def live(s: Switch, p: Port) -> bool:
+        return (s.name, p.number) not in down
+
     routes: list[Route] = []
     if sw.role == "leaf":
         for h in topo.hosts:
@@ -262,22 +273,27 @@ def _default_routes(topo: Topology, sw: Switch) -> list[Route]:
                 routes.append(
                     Route(f"{h.ip}/32", (NextHop(h.leaf_port, sw.ports[h.leaf_port].mac, h.mac),))
                 )
-        uplinks = tuple(
-            NextHop(p.number, p.mac, _peer_mac(topo, p))
-            for p in sw.ports.values()
-            if p.peer.startswith("spine")
-        )
         for other in topo.leaves:
-            if other.name != sw.name and uplinks:
+            if other.name == sw.name:
+                continue
+            # through every live uplink whose spine still has a live link to that leaf
+            uplinks = tuple(
+                NextHop(p.number, p.mac, _peer_mac(topo, p))
+                for p in sw.ports.values()
+                if p.peer.startswith("spine") and live(sw, p) and any(
+                    q.peer == other.name and live(spine, q)
+                    for spine in [topo.switch(p.peer)] for q in spine.ports.values()))
+            if uplinks:
                 routes.append(Route(str(host_subnet(other.index)), uplinks))
     else:
         for leaf in topo.leaves:
-            down = tuple(
+            links = tuple(
                 NextHop(p.number, p.mac, _peer_mac(topo, p))
                 for p in sw.ports.values()
-                if p.peer == leaf.name
+                if p.peer == leaf.name and live(sw, p)
             )
-            routes.append(Route(str(host_subnet(leaf.index)), down))
+            if links:
+                routes.append(Route(str(host_subnet(leaf.index)), links))
     return routes
 
 

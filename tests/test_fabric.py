@@ -15,6 +15,7 @@ import pytest
 
 from testbed.config import FabricConfig
 from testbed.control import SwitchSession, build_switch_program
+from testbed.measure import peer_ports
 from testbed.network import Fabric
 from testbed.state import RUNTIME_DIR
 from testbed.topology import build_topology
@@ -183,6 +184,27 @@ def test_ecmp_spreads_flows_over_every_uplink_and_polarizes_without_sport(tmp_pa
         grew = [p for p in tx2 if tx2[p] > tx[p]]
         assert len(grew) == 1, (tx, tx2)
         assert tx2[grew[0]] - tx[grew[0]] == 96
+
+
+def test_link_down_routes_around_it_and_link_up_brings_it_back(tmp_path: Path) -> None:
+    cfg = FabricConfig.model_validate({"fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 2}})
+    with Fabric(cfg, build_topology(cfg), tmp_path) as fabric:
+        to_spine1 = peer_ports(fabric.topo, "leaf1", "spine1")[0]
+        changed = fabric.set_link("leaf1", "spine1", up=False)
+        assert {"leaf1", "spine1", "leaf2", "leaf3", "leaf4"} <= set(changed), changed
+        _send_flows(fabric, "h1", "10.0.4.1", 32)
+        tx = _uplink_tx(fabric, "leaf1", 96)
+        assert tx[to_spine1] == 0 and sum(tx.values()) == 96, tx
+        # the way back: leaf4 no longer hands leaf1's traffic to spine1
+        _send_flows(fabric, "h7", "10.0.1.1", 32)
+        back = _uplink_tx(fabric, "leaf4", 96)
+        assert back[peer_ports(fabric.topo, "leaf4", "spine1")[0]] == 0, back
+        answered, sent = fabric.pingall()
+        assert answered == sent == 56  # every pair still reaches every other
+        fabric.set_link("leaf1", "spine1", up=True)
+        _send_flows(fabric, "h1", "10.0.4.1", 32)
+        tx2 = _uplink_tx(fabric, "leaf1", 192)
+        assert tx2[to_spine1] > 0, tx2  # the link carries flows again
 
 
 def _tcp_answers(addr: str, port: int, ns_pid: int | None = None) -> bool:

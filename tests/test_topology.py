@@ -73,6 +73,29 @@ def test_spine_routes_reach_each_leaf_over_parallel_links() -> None:
     assert sorted(nh.port for nh in routes["10.0.2.0/24"].nexthops) == [4, 5, 6]
 
 
+def test_routes_converge_around_failed_links() -> None:
+    """What BGP in a Clos converges to: both ends drop the link, and the other leaves stop
+    sending a leaf's traffic to the spine that lost it."""
+    t = topo_of(spines=2, leaves=4, hosts_per_leaf=1)
+    l1s1 = t.switch("leaf1").ports[2]  # leaf1 port 2 -> spine1
+    assert l1s1.peer == "spine1"
+    down = frozenset({("leaf1", 2), ("spine1", l1s1.peer_port)})
+
+    def ports(sw: str, prefix: str) -> list[int]:
+        routes = {r.prefix: r for r in compute_routes(t, t.switch(sw), down)}
+        return sorted(nh.port for nh in routes[prefix].nexthops) if prefix in routes else []
+
+    assert ports("leaf1", "10.0.4.0/24") == [3]  # only through spine2
+    assert ports("spine1", "10.0.1.0/24") == []  # spine1 withdraws leaf1's subnet
+    assert ports("spine1", "10.0.4.0/24") != []
+    s2 = [p.number for p in t.switch("leaf4").ports.values() if p.peer == "spine2"]
+    assert ports("leaf4", "10.0.1.0/24") == s2  # leaf4 reaches leaf1 through spine2 only
+    assert len(ports("leaf4", "10.0.3.0/24")) == 2  # and everything else as before
+    # overrides are static: a bounce route pinned over the failed spine stays
+    t.overrides["leaf4"] = {"10.0.1.0/24": (t.switch("leaf4").ports[2].number,)}
+    assert ports("leaf4", "10.0.1.0/24") == [2]
+
+
 def test_every_host_pair_has_a_path() -> None:
     """Walk the routes hop by hop (first next hop) from each host to each other host."""
     t = topo_of(spines=3, leaves=3, hosts_per_leaf=2, parallel_links=2)

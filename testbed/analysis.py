@@ -1,0 +1,165 @@
+"""What a run's telemetry says about deadlock and the PFC watchdog.
+
+A run folder holds every switch agent's samples (``telemetry/<switch>.telemetry.csv``) and
+events (``telemetry/<switch>.events.csv``), all on the run's clock. From them:
+
+* **Stuck queues**: a queue that, over a window, always held packets, sent none and kept
+  receiving PFC. After the senders stop, that is a deadlock's signature (Hu et al., HotNets
+  2016): nothing new arrives, yet the buffers on the cycle stay full because each is paused by
+  the next.
+* **Watchdog detections**: for each ``storm_detected``, when its queue's stall began (the
+  pause that was still in force) and how long detection took, to compare with SONiC's bound of
+  detection_time + polling_interval.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+QueueId = tuple[str, int, int]  # (switch, port, class)
+
+
+@dataclass(frozen=True)
+class Sample:
+    t_s: float
+    backlog_bytes: int
+    backlog_packets: int
+    sent_packets: int
+    paused: bool
+    pfc_rx: int
+    drops: int
+
+
+@dataclass(frozen=True)
+class Event:
+    t_s: float
+    queue: QueueId
+    event: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class StuckQueue:
+    switch: str
+    port: int
+    tc: int
+    backlog_bytes_min: int
+    pfc_frames: int  # PFC frames that arrived over the window
+    window_s: float
+
+
+@dataclass(frozen=True)
+class Detection:
+    switch: str
+    port: int
+    tc: int
+    stalled_at_s: float  # the pause (still in force) under which the queue stopped
+    detected_at_s: float
+    latency_s: float
+    restored_at_s: float | None
+
+
+def queue_name(q: QueueId) -> str:
+    return f"{q[0]}:{q[1]}:{q[2]}"
+
+
+def load_telemetry(run_dir: Path) -> dict[QueueId, list[Sample]]:
+    out: dict[QueueId, list[Sample]] = {}
+    for path in sorted((run_dir / "telemetry").glob("*.telemetry.csv")):
+        with open(path, newline="") as fh:
+            for r in csv.DictReader(fh):
+                q = (r["switch"], int(r["port"]), int(r["tc"]))
+                out.setdefault(q, []).append(Sample(
+                    float(r["t_s"]), int(r["backlog_bytes"]), int(r["backlog_packets"]),
+                    int(r["sent_packets"]), r["paused"] == "1", int(r["pfc_rx"]),
+                    int(r["drops"])))
+    return out
+
+
+def load_events(run_dir: Path) -> list[Event]:
+    out = []
+    for path in sorted((run_dir / "telemetry").glob("*.events.csv")):
+        with open(path, newline="") as fh:
+            out += [Event(float(r["t_s"]), (r["switch"], int(r["port"]), int(r["tc"])),
+                          r["event"], r["detail"]) for r in csv.DictReader(fh)]
+    return sorted(out, key=lambda e: e.t_s)
+
+
+def stuck_queues(series: dict[QueueId, list[Sample]], start_s: float, end_s: float,
+                 tcs: list[int]) -> list[StuckQueue]:
+    """Queues of the given classes that were stuck for all of [start_s, end_s]: packets waiting
+    at every sample, not one sent, and PFC still arriving (the pause was being refreshed)."""
+    found = []
+    for q, samples in sorted(series.items()):
+        if q[2] not in tcs:
+            continue
+        win = [s for s in samples if start_s <= s.t_s <= end_s]
+        if len(win) < 2 or win[-1].t_s - win[0].t_s < 0.8 * (end_s - start_s):
+            continue  # too few samples to say (the agent was not sampling then)
+        if all(s.backlog_packets > 0 for s in win) and win[0].sent_packets == \
+                win[-1].sent_packets and win[-1].pfc_rx > win[0].pfc_rx:
+            found.append(StuckQueue(q[0], q[1], q[2], min(s.backlog_bytes for s in win),
+                                    win[-1].pfc_rx - win[0].pfc_rx,
+                                    round(win[-1].t_s - win[0].t_s, 3)))
+    return found
+
+
+def stalls(series: dict[QueueId, list[Sample]], tcs: list[int]) -> list[tuple[QueueId, float,
+                                                                               float]]:
+    """Stretches of consecutive samples in which a queue was paused with packets waiting and
+    sent nothing: (queue, first such sample, last such sample)."""
+    out = []
+    for q, samples in sorted(series.items()):
+        if q[2] not in tcs:
+            continue
+        start: Sample | None = None
+        last: Sample | None = None
+        for s in samples:
+            held = s.paused and s.backlog_packets > 0
+            if held and start is not None and s.sent_packets == start.sent_packets:
+                last = s
+                continue
+            if start is not None and last is not None:
+                out.append((q, start.t_s, last.t_s))
+            start, last = (s, None) if held else (None, None)
+        if start is not None and last is not None:
+            out.append((q, start.t_s, last.t_s))
+    return out
+
+
+def detections(events: list[Event]) -> list[Detection]:
+    """Each watchdog detection, with the start of the pause it broke and its restoration."""
+    out = []
+    paused_since: dict[QueueId, float] = {}
+    open_storms: dict[QueueId, int] = {}
+    for e in events:
+        if e.event == "pause":
+            paused_since[e.queue] = e.t_s
+        elif e.event in ("resume", "expire"):
+            paused_since.pop(e.queue, None)
+        elif e.event == "storm_detected":
+            since = paused_since.pop(e.queue, e.t_s)
+            open_storms[e.queue] = len(out)
+            out.append(Detection(*e.queue, stalled_at_s=since, detected_at_s=e.t_s,
+                                 latency_s=round(e.t_s - since, 4), restored_at_s=None))
+        elif e.event == "storm_restored" and e.queue in open_storms:
+            i = open_storms.pop(e.queue)
+            out[i] = Detection(**{**asdict(out[i]), "restored_at_s": e.t_s})
+    return out
+
+
+def deadlock_summary(run_dir: Path, senders_stop_s: float, tcs: list[int],
+                     grace_s: float = 1.0) -> dict:
+    """The summary's deadlock section: queues stuck from grace_s after the senders stopped to
+    the end of the run, and every watchdog detection with its latency."""
+    series = load_telemetry(run_dir)
+    end = max((s[-1].t_s for s in series.values() if s), default=0.0)
+    stuck = stuck_queues(series, senders_stop_s + grace_s, end, tcs)
+    return {
+        "window_s": [round(senders_stop_s + grace_s, 3), round(end, 3)],
+        "stuck_after_stop": [asdict(s) for s in stuck],
+        "deadlock": bool(stuck),
+        "watchdog_detections": [asdict(d) for d in detections(load_events(run_dir))],
+    }
