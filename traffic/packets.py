@@ -310,13 +310,11 @@ def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | N
     b = u + 8
     if end > n or end - b < BTH_LEN + ICRC_LEN:
         raise Malformed("truncated BTH")
-    opcode, flags, _pkey, fb, q0, q1, q2, apsn = _BTH_FIELDS.unpack_from(frame, b)
+    opcode, flags, pkey, fb, q0, q1, q2, apsn = _BTH_FIELDS.unpack_from(frame, b)
     pad = (flags >> 4) & 3
-    p = ParsedRoce(
-        addrs=frame[26:34], ecn=frame[15] & 3, src_port=sport, opcode=opcode,
-        becn=bool(fb >> 6 & 1), dqpn=(q0 << 16) | (q1 << 8) | q2, ack_req=bool(apsn >> 31),
-        psn=apsn & PSN_MASK, payload=b"",
-    )
+    # positional: src_port, opcode, becn, dqpn, ack_req, psn, payload (the hot path)
+    p = ParsedRoce(frame[26:34], frame[15] & 3, sport, opcode, bool(fb >> 6 & 1),
+                   (q0 << 16) | (q1 << 8) | q2, bool(apsn >> 31), apsn & PSN_MASK, b"")
     off = b + BTH_LEN
     stop = end - ICRC_LEN
     if opcode == ACK:
@@ -338,13 +336,16 @@ def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | N
             known = payload_crc(p)
     if known is None:
         p.icrc_ok = icrc(frame[14:end - ICRC_LEN]) == frame[end - ICRC_LEN:end]
-    else:  # the same ICRC, with the payload's pass replaced by a combine
-        crc = _ip_udp_crc(frame[14:b])
-        crc = zlib.crc32(frame[b:b + 4], crc)
-        crc = zlib.crc32(b"\xff", crc)
-        crc = zlib.crc32(frame[b + 5:off], crc)
-        crc = crc32_combine(crc, known, stop - off)
-        if pad:
-            crc = zlib.crc32(frame[stop:end - ICRC_LEN], crc)
-        p.icrc_ok = _ICRC.pack(crc) == frame[end - ICRC_LEN:end]
+        return p
+    # The same ICRC, from cached and small pieces, the payload's pass replaced by a combine.
+    crc = _MASKED_IP_UDP_CRC.get(frame[14:b]) or _ip_udp_crc(frame[14:b])
+    crc = _crc32(_BTH_FIELDS.pack(opcode, flags, pkey, 0xFF, q0, q1, q2, apsn), crc)
+    if off > b + BTH_LEN:
+        crc = _crc32(frame[b + BTH_LEN:off], crc)
+    if stop > off:
+        t0, t1, t2, t3 = _SHIFT_TABLES.get(stop - off) or _shift_tables(stop - off)
+        crc = known ^ t0[crc & 0xFF] ^ t1[crc >> 8 & 0xFF] ^ t2[crc >> 16 & 0xFF] ^ t3[crc >> 24]
+    if pad:
+        crc = _crc32(frame[stop:end - ICRC_LEN], crc)
+    p.icrc_ok = _ICRC.unpack_from(frame, end - ICRC_LEN)[0] == crc
     return p
