@@ -28,6 +28,20 @@ register<bit<48>>(PORT_TC_CELLS) refreshed_at;
 register<bit<64>>(PORT_TC_CELLS) paused_by;
 /* Per (egress port, class): phantom minus kernel backlog at the last tick (two's complement). */
 register<bit<32>>(PORT_TC_CELLS) drift;
+/* Per (egress port, class): 1 while the PFC watchdog has the queue stop honouring PFC (its
+ * drop and forward actions). Written by the switch agent; received pauses are then ignored, so
+ * the phantom keeps draining and no XOFF spreads the storm upstream. */
+register<bit<1>>(PORT_TC_CELLS) pfc_ignored;
+
+/* A received PFC frame pauses class i for t quanta, unless the watchdog ignores it there. */
+#define PFC_PAUSE_CLASS(i, t) \
+    if (hdr.pfc.class_enable[i:i] == 1) { \
+        pfc_ignored.read(ignored, base + i); \
+        if (ignored == 0) { \
+            paused_until.write(base + i, meta.now + \
+                (bit<48>) (((bit<64>) hdr.pfc.t * (bit<64>) meta.quantum_us_q10) >> 10)); \
+        } \
+    }
 
 control RoceLossless(inout headers_t hdr,
                      inout metadata_t meta,
@@ -94,38 +108,15 @@ control RoceLossless(inout headers_t hdr,
              * for the pause time (the agent closes the kernel gates). */
             ingress_port_quantum.apply();
             bit<32> base = (bit<32>) std_meta.ingress_port * NUM_TCS;
-            if (hdr.pfc.class_enable[0:0] == 1) {
-                paused_until.write(base + 0, meta.now +
-                    (bit<48>) (((bit<64>) hdr.pfc.time0 * (bit<64>) meta.quantum_us_q10) >> 10));
-            }
-            if (hdr.pfc.class_enable[1:1] == 1) {
-                paused_until.write(base + 1, meta.now +
-                    (bit<48>) (((bit<64>) hdr.pfc.time1 * (bit<64>) meta.quantum_us_q10) >> 10));
-            }
-            if (hdr.pfc.class_enable[2:2] == 1) {
-                paused_until.write(base + 2, meta.now +
-                    (bit<48>) (((bit<64>) hdr.pfc.time2 * (bit<64>) meta.quantum_us_q10) >> 10));
-            }
-            if (hdr.pfc.class_enable[3:3] == 1) {
-                paused_until.write(base + 3, meta.now +
-                    (bit<48>) (((bit<64>) hdr.pfc.time3 * (bit<64>) meta.quantum_us_q10) >> 10));
-            }
-            if (hdr.pfc.class_enable[4:4] == 1) {
-                paused_until.write(base + 4, meta.now +
-                    (bit<48>) (((bit<64>) hdr.pfc.time4 * (bit<64>) meta.quantum_us_q10) >> 10));
-            }
-            if (hdr.pfc.class_enable[5:5] == 1) {
-                paused_until.write(base + 5, meta.now +
-                    (bit<48>) (((bit<64>) hdr.pfc.time5 * (bit<64>) meta.quantum_us_q10) >> 10));
-            }
-            if (hdr.pfc.class_enable[6:6] == 1) {
-                paused_until.write(base + 6, meta.now +
-                    (bit<48>) (((bit<64>) hdr.pfc.time6 * (bit<64>) meta.quantum_us_q10) >> 10));
-            }
-            if (hdr.pfc.class_enable[7:7] == 1) {
-                paused_until.write(base + 7, meta.now +
-                    (bit<48>) (((bit<64>) hdr.pfc.time7 * (bit<64>) meta.quantum_us_q10) >> 10));
-            }
+            bit<1> ignored;
+            PFC_PAUSE_CLASS(0, time0)
+            PFC_PAUSE_CLASS(1, time1)
+            PFC_PAUSE_CLASS(2, time2)
+            PFC_PAUSE_CLASS(3, time3)
+            PFC_PAUSE_CLASS(4, time4)
+            PFC_PAUSE_CLASS(5, time5)
+            PFC_PAUSE_CLASS(6, time6)
+            PFC_PAUSE_CLASS(7, time7)
         } else {
             bool is_tick = meta.lossless_kind == LOSSLESS_TICK;
             if (is_tick) {

@@ -331,12 +331,16 @@ class SwitchAgent:
             wd._drops_base = -st.backlog_packets
         elif action == "forward":
             pr.gates.open(tc)
+        if action in ("drop", "forward"):
+            self._p4_ignore_pfc(pr.cfg.number, tc, True)
         self._event(pr, tc, "storm_detected", 0, None, detail)
 
     def _wd_restore(self, pr: PortRuntime, tc: int, now: float) -> None:
         wd = pr.wd[tc]
         if self.wd_action == "drop":
             pr.gates.restore(tc)
+        if self.wd_action in ("drop", "forward"):
+            self._p4_ignore_pfc(pr.cfg.number, tc, False)
         wd.storm = False
         wd.remaining = (self.cfg.watchdog or {}).get("detection_time_ms", 0) / 1000
         self._event(pr, tc, "storm_restored", 0, None,
@@ -401,32 +405,53 @@ class SwitchAgent:
             self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, TICK_TIMER_ONLY))
             self.stats["ticks"] += 1
 
+    def _bm(self):
+        """BMv2's Thrift client inside this namespace (None without a port or the module)."""
+        if self._thrift is None and self.cfg.thrift_port:
+            from bm_runtime.standard import Standard
+            from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+            from thrift.transport import TSocket, TTransport
+
+            transport = TTransport.TBufferedTransport(
+                TSocket.TSocket("127.0.0.1", self.cfg.thrift_port))
+            proto = TMultiplexedProtocol.TMultiplexedProtocol(
+                TBinaryProtocol.TBinaryProtocol(transport), "standard")
+            transport.open()
+            self._thrift = Standard.Client(proto)
+        return self._thrift
+
     def _drift(self) -> dict[int, int]:
         """The P4 program's drift register (phantom - kernel backlog) for the lossless queues,
         over Thrift, one cell at a time (the whole 4096-cell array costs 12 ms to decode)."""
         if not self.cfg.thrift_port or not self.cfg.lossless:
             return {}
         try:
-            if self._thrift is None:
-                from bm_runtime.standard import Standard
-                from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
-                from thrift.transport import TSocket, TTransport
-
-                transport = TTransport.TBufferedTransport(
-                    TSocket.TSocket("127.0.0.1", self.cfg.thrift_port))
-                proto = TMultiplexedProtocol.TMultiplexedProtocol(
-                    TBinaryProtocol.TBinaryProtocol(transport), "standard")
-                transport.open()
-                self._thrift = Standard.Client(proto)
+            bm = self._bm()
             out = {}
             for n in self.ports:
                 for tc in self.cfg.lossless:
-                    v = self._thrift.bm_register_read(0, "drift", n * NUM_TCS + tc)
+                    v = bm.bm_register_read(0, "drift", n * NUM_TCS + tc)
                     out[n * NUM_TCS + tc] = v - (1 << 32) if v >= 1 << 31 else v
             return out
         except Exception:  # BMv2 gone or no Thrift module: the column stays empty
             self._thrift = None
             return {}
+
+    def _p4_ignore_pfc(self, port: int, tc: int, ignore: bool) -> None:
+        """Tell the P4 program whether the watchdog has (port, class) ignore PFC: while it
+        does, the phantom must keep draining, or the program would XOFF upstream on the storm's
+        account and spread it (secondary storms)."""
+        idx = port * NUM_TCS + tc
+        try:
+            bm = self._bm()
+            if bm is None:
+                return
+            bm.bm_register_write(0, "pfc_ignored", idx, int(ignore))
+            if ignore:
+                bm.bm_register_write(0, "paused_until", idx, 0)
+        except Exception as exc:  # BMv2 gone: nothing left to tell
+            self._thrift = None
+            print(f"{self.cfg.switch}: pfc_ignored[{idx}] not written: {exc}", file=sys.stderr)
 
     def sample(self) -> None:
         now = self.clock()

@@ -375,3 +375,38 @@ class ForgedTickDropped(RoceSwitchTest):
     def runTest(self) -> None:
         tu.send_packet(self, 1, tick(SLOW_PORT, 3, 10**6))
         tu.verify_no_other_packets(self)
+
+
+def thrift():
+    """BMv2's Thrift client (the harness runs us in the switch's namespace)."""
+    from bm_runtime.standard import Standard
+    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+    from thrift.transport import TSocket, TTransport
+
+    transport = TTransport.TBufferedTransport(TSocket.TSocket("127.0.0.1", 9090))
+    transport.open()
+    return Standard.Client(TMultiplexedProtocol.TMultiplexedProtocol(
+        TBinaryProtocol.TBinaryProtocol(transport), "standard"))
+
+
+class WatchdogIgnoredPfc(RoceSwitchTest):
+    """Where the agent's watchdog has a queue ignore PFC (register pfc_ignored), a received
+    pause leaves the phantom draining; other classes on the port still pause."""
+
+    def runTest(self) -> None:
+        bm = thrift()
+        port = 3
+        bm.bm_register_write(0, "pfc_ignored", port * 8 + 3, 1)
+        try:
+            frame = Ether(dst=PFC_DST, src=SRC_MAC, type=0x8808) / \
+                MACControlClassBasedFlowControl(_reserved=0, c3_enabled=1, c3_pause_time=1000,
+                                                c0_enabled=1, c0_pause_time=1000)
+            before = self.counter("RoceIngress.pfc_rx", port * 8 + 3)[0]
+            tu.send_packet(self, port, frame)
+            tu.verify_no_other_packets(self)
+            assert self.counter("RoceIngress.pfc_rx", port * 8 + 3)[0] == before + 1
+            assert bm.bm_register_read(0, "paused_until", port * 8 + 3) == 0
+            assert bm.bm_register_read(0, "paused_until", port * 8 + 0) > 0
+        finally:
+            bm.bm_register_write(0, "pfc_ignored", port * 8 + 3, 0)
+            bm.bm_register_write(0, "paused_until", port * 8 + 0, 0)
