@@ -30,6 +30,9 @@ class Sample:
     paused: bool
     pfc_rx: int
     drops: int
+    sent_bytes: int = 0
+    paused_s: float = 0.0
+    drift_bytes: int | None = None  # lossless classes: phantom - kernel backlog at last tick
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ def load_telemetry(run_dir: Path) -> dict[QueueId, list[Sample]]:
                 out.setdefault(q, []).append(Sample(
                     float(r["t_s"]), int(r["backlog_bytes"]), int(r["backlog_packets"]),
                     int(r["sent_packets"]), r["paused"] == "1", int(r["pfc_rx"]),
-                    int(r["drops"])))
+                    int(r["drops"]), int(r["sent_bytes"]), float(r["paused_s"]),
+                    int(r["phantom_drift_bytes"]) if r["phantom_drift_bytes"] else None))
     return out
 
 
@@ -162,4 +166,44 @@ def deadlock_summary(run_dir: Path, senders_stop_s: float, tcs: list[int],
         "stuck_after_stop": [asdict(s) for s in stuck],
         "deadlock": bool(stuck),
         "watchdog_detections": [asdict(d) for d in detections(load_events(run_dir))],
+    }
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def telemetry_summary(run_dir: Path) -> dict:
+    """The agents' telemetry in one JSON: per queue that did anything, its peak backlog, what
+    it sent and dropped, PFC received and time paused, and the phantom's drift from the kernel
+    backlog (median and 99th percentile of |drift| over samples with packets waiting)."""
+    series = load_telemetry(run_dir)
+    queues, drifts = [], []
+    for (sw, port, tc), samples in sorted(series.items()):
+        last = samples[-1]
+        if not (last.sent_packets or last.drops or last.pfc_rx):
+            continue
+        d = [abs(s.drift_bytes) for s in samples if s.drift_bytes is not None
+             and s.backlog_packets > 0]
+        drifts += d
+        queues.append({
+            "switch": sw, "port": port, "tc": tc,
+            "max_backlog_bytes": max(s.backlog_bytes for s in samples),
+            "sent_packets": last.sent_packets, "sent_bytes": last.sent_bytes,
+            "drops": last.drops, "pfc_rx": last.pfc_rx, "paused_s": round(last.paused_s, 4),
+            "drift_median_bytes": _percentile(d, 0.5) if d else None,
+            "drift_p99_bytes": _percentile(d, 0.99) if d else None,
+        })
+    counts: dict[str, int] = {}
+    for e in load_events(run_dir):
+        counts[e.event] = counts.get(e.event, 0) + 1
+    ends = [s[-1].t_s for s in series.values() if s]
+    return {
+        "duration_s": round(max(ends), 3) if ends else 0.0,
+        "queues": queues,
+        "events": counts,
+        "drift_bytes": {"samples": len(drifts),
+                        "median": _percentile(drifts, 0.5) if drifts else None,
+                        "p99": _percentile(drifts, 0.99) if drifts else None},
     }

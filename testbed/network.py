@@ -375,7 +375,10 @@ class Fabric:
     # -- tear-down ----------------------------------------------------------------------
     def stop(self) -> None:
         self.stop_endpoints()
+        had_agents = bool(self._agent_procs)
         self.stop_agents()
+        if had_agents:
+            self._write_telemetry_summary()
         for s in self.sessions.values():
             s.close()
         self.sessions = {}
@@ -386,6 +389,16 @@ class Fabric:
         from testbed.state import clean_state  # after Mininet: sweep whatever it left behind
 
         clean_state(self.state)
+
+    def _write_telemetry_summary(self) -> None:
+        """telemetry/summary.json beside the agents' CSVs: a failed run keeps it too."""
+        from testbed.analysis import telemetry_summary
+
+        out = self.results_dir / "telemetry" / "summary.json"
+        try:
+            out.write_text(json.dumps(telemetry_summary(self.results_dir), indent=2))
+        except (OSError, ValueError, KeyError) as exc:  # a half-written CSV of a killed agent
+            self.progress(f"telemetry summary not written: {exc}")
 
     def __enter__(self) -> Fabric:
         return self.start()

@@ -49,7 +49,8 @@ def run_incast(tmp: Path, pfc: bool, name: str) -> dict:
         send = {h: eps[h].call(cmd="stats") for h in INCAST_SENDERS}
         done = runner.done()
     return {"done": done, "counters": counters, "recv": recv, "send": send, "topo": topo,
-            "assign": runner.assignments, "drift": drift_samples(tmp)}
+            "assign": runner.assignments, "drift": drift_samples(tmp),
+            "telemetry": json.loads((tmp / "telemetry" / "summary.json").read_text())}
 
 
 def drift_samples(tmp: Path) -> list[int]:
@@ -100,6 +101,13 @@ def test_incast_4_to_1_lossless_with_pfc_five_times(tmp_path: Path) -> None:
                         "spine_pfc_rx": spine_rx, "spine_pfc_tx": spine_tx,
                         "leaf_pfc_rx": leaf_rx, "hidden_loss": sum(hidden.values())})
         assert spine_tx > 0 and leaf_rx > 0, summary[-1]
+        # the JSON summary of the telemetry, written when the fabric stopped, says the same
+        tel = {(q["switch"], q["port"], q["tc"]): q for q in r["telemetry"]["queues"]}
+        to_h1 = tel[("leaf1", peer_ports(topo, "leaf1", "h1")[0], 3)]
+        assert to_h1["sent_bytes"] >= len(INCAST_SENDERS) * MSG * COUNT and to_h1["drops"] == 0
+        assert sum(q["pfc_rx"] for (sw, _p, _t), q in tel.items() if sw.startswith("spine")) \
+            == spine_rx
+        assert r["telemetry"]["drift_bytes"]["samples"] > 0
     # occupancy fidelity: the telemetry reports the phantom's drift from the kernel backlog
     assert len(drift) >= 20, "no drift samples for the busy lossless queues"
     drift.sort()
