@@ -334,9 +334,26 @@ def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | N
         p.payload = frame[off:stop]
         if payload_crc is not None and ihl == 20:
             known = payload_crc(p)
-    if known is None:
+    if ihl != 20:  # IP options: the reference computation (masks at fixed offsets, as before)
         p.icrc_ok = icrc(frame[14:end - ICRC_LEN]) == frame[end - ICRC_LEN:end]
         return p
+    # The ICRC from a cached header CRC and the masked BTH; a known payload CRC replaces the
+    # pass over the payload with a combine.
+    crc = _MASKED_IP_UDP_CRC.get(frame[14:b]) or _ip_udp_crc(frame[14:b])
+    crc = _crc32(_BTH_FIELDS.pack(opcode, flags, pkey, 0xFF, q0, q1, q2, apsn), crc)
+    if known is None:
+        crc = _crc32(memoryview(frame)[b + BTH_LEN:end - ICRC_LEN], crc)
+    else:
+        if off > b + BTH_LEN:
+            crc = _crc32(frame[b + BTH_LEN:off], crc)
+        if stop > off:
+            t0, t1, t2, t3 = _SHIFT_TABLES.get(stop - off) or _shift_tables(stop - off)
+            crc = known ^ t0[crc & 0xFF] ^ t1[crc >> 8 & 0xFF] ^ t2[crc >> 16 & 0xFF] \
+                ^ t3[crc >> 24]
+        if pad:
+            crc = _crc32(frame[stop:end - ICRC_LEN], crc)
+    p.icrc_ok = _ICRC.unpack_from(frame, end - ICRC_LEN)[0] == crc
+    return p
     # The same ICRC, from cached and small pieces, the payload's pass replaced by a combine.
     crc = _MASKED_IP_UDP_CRC.get(frame[14:b]) or _ip_udp_crc(frame[14:b])
     crc = _crc32(_BTH_FIELDS.pack(opcode, flags, pkey, 0xFF, q0, q1, q2, apsn), crc)
