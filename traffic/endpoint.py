@@ -480,8 +480,7 @@ class Endpoint:
         while sent < BURST_FRAMES and nic_free_at <= now:
             soonest = None
             for i in range(n):
-                k = rr + i
-                st = qps[k % n if k >= n else k]
+                st = qps[(rr + i) % n]
                 req = st.requester
                 ready = st.next_time
                 if paused_until[st.tc] > ready:
@@ -507,7 +506,7 @@ class Endpoint:
                     st.next_time = _paced(st.next_time, now, size * 8 / rate)
                 if st.rp:
                     st.rp.on_sent(size, now)
-                rr = (k + 1) % n
+                rr = (rr + i + 1) % n
                 sent += 1
                 break
             else:
