@@ -188,6 +188,10 @@ def run(
     for e in s.get("watchdog_events", []):
         console.print(f"  watchdog: {e['switch']} port {e['port']} class {e['tc']}: "
                       f"{e['event']} {e.get('detail', '')}")
+    from testbed.report import deadlock_lines
+
+    for line in deadlock_lines(s.get("deadlock")):
+        console.print(f"  {line[2:]}", markup=False)
 
 
 @app.command()

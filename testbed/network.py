@@ -348,7 +348,7 @@ class Fabric:
             cmd = [sys.executable, "-m", "traffic.endpoint", "--intf", intf_name(h.name, 0),
                    "--mac", h.mac, "--ip", h.ip, "--next-hop-mac", h.gateway_mac,
                    "--line-rate-mbps", str(h.rate_mbps), "--control", str(sock),
-                   "--out", str(out / h.name), *(extra_args or [])]
+                   "--out", str(out / h.name), "--t0", repr(self.t0), *(extra_args or [])]
             with open(out / f"{h.name}.log", "w") as log:
                 p = self.net.get(h.name).popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             self._endpoint_procs.append(p)

@@ -1,8 +1,9 @@
 """A results folder's plots and report: what a scenario did, in pictures a student can read.
 
-``report.png`` has three panels over the run's time: each sending QP's goodput, the kernel
+``report.png`` has three panels over the run's clock: each sending QP's goodput, the kernel
 backlog of every lossless queue that held anything (the queues PFC guards), and when each
-port's class was paused. ``report.md`` says what ran and what came out.
+port's class was paused (a red x where the PFC watchdog cut a queue off). Dotted lines mark the
+timeline: faults, and when the senders stopped. ``report.md`` says what ran and what came out.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def make_report(run_dir: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=False)
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     ax_rate, ax_q, ax_p = axes
     # 1. goodput per sending QP (endpoint time series)
     for f in sorted(run_dir.glob("endpoints/*/qp_timeseries.csv")):
@@ -71,7 +72,28 @@ def make_report(run_dir: Path) -> Path:
         ax_p.broken_barh(spans, (i - 0.4, 0.8))
     ax_p.set_yticks(range(len(paused_rows)), [k for k, _ in paused_rows], fontsize=7)
     ax_p.set_title("paused by PFC")
-    ax_p.set_xlabel("time (s)")
+    ax_p.set_xlabel("time on the run's clock (s)")
+    # the timeline (faults, senders stop) on every panel: all series share the run's clock
+    summary = {}
+    if (run_dir / "summary.json").exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
+    marks: list[tuple[float, list[str]]] = []  # events close together share one label
+    for e in summary.get("timeline", []):
+        if marks and e["t_s"] - marks[-1][0] < 0.2:
+            marks[-1][1].append(e["event"].split(" (")[0])
+        else:
+            marks.append((e["t_s"], [e["event"].split(" (")[0]]))
+    for t, what in marks:
+        for ax in axes:
+            ax.axvline(t, color="grey", linestyle=":", linewidth=1)
+        ax_q.annotate("; ".join(what), (t, 0.97), xycoords=("data", "axes fraction"),
+                      fontsize=7, rotation=90, va="top", ha="right", color="grey")
+    # watchdog detections, on the row of the queue they cut off
+    rows = {k: i for i, (k, _pts) in enumerate(paused_rows)}
+    for e in summary.get("watchdog_events", []):
+        key = f"{e['switch']}:{e['port']} tc{e['tc']}"
+        if e["event"] == "storm_detected" and key in rows:
+            ax_p.plot(float(e["t_s"]), rows[key], "rx", markersize=8)
     fig.tight_layout()
     png = run_dir / "report.png"
     fig.savefig(png, dpi=90)
@@ -94,6 +116,27 @@ def _markdown(run_dir: Path) -> None:
     for e in summary.get("watchdog_events", []):
         lines.append(f"- watchdog {e['event']} on {e['switch']} port {e['port']} class "
                      f"{e['tc']} at {e['t_s']} s {e.get('detail', '')}")
+    lines += deadlock_lines(summary.get("deadlock"))
     for e in summary.get("timeline", []):
         lines.append(f"- t={e['t_s']} s: {e['event']}")
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def deadlock_lines(dl: dict | None) -> list[str]:
+    """What the summary's deadlock section says, in words (report.md and `testbed run`)."""
+    if not dl:
+        return []
+    start, end = dl["window_s"]
+    stuck = dl["stuck_after_stop"]
+    if not stuck:
+        out = [f"- no queue stayed stuck from {start} s to {end} s (after the senders stopped)"]
+    else:
+        out = [f"- DEADLOCK: {len(stuck)} queues stayed full from {start} s to {end} s with "
+               f"nothing sent and PFC still arriving: "
+               + ", ".join(f"{q['switch']}:{q['port']} tc{q['tc']} ({q['backlog_bytes_min']} B)"
+                           for q in stuck)]
+    lat = [d["latency_s"] for d in dl.get("watchdog_detections", [])]
+    if lat:
+        out.append(f"- watchdog: {len(lat)} detections, {min(lat):.3f}-{max(lat):.3f} s from "
+                   f"the pause that stopped the queue")
+    return out

@@ -71,7 +71,7 @@ MAX_QUANTA = 0xFFFF
 TC_TO_DSCP = {0: 0, 1: 8, 2: 16, 3: 26, 4: 32, 5: 40, 6: 48, 7: 56}
 
 QP_COLUMNS = [
-    ("t_s", "seconds since the endpoint started"),
+    ("t_s", "seconds on the run's clock (the endpoint's own start when run by hand)"),
     ("qpn", "local QP number"),
     ("role", "requester (sends data) or responder (receives it)"),
     ("tc", "traffic class"),
@@ -92,7 +92,8 @@ QP_COLUMNS = [
 ]
 MESSAGE_COLUMNS = [
     ("qpn", "local QP number"), ("msg_id", "message number on that QP"),
-    ("kind", "write or send"), ("size", "bytes"), ("posted_s", "when posted"),
+    ("kind", "write or send"), ("size", "bytes"),
+    ("posted_s", "when posted, on the same clock as t_s"),
     ("completed_s", "when its last packet was acknowledged"),
     ("fct_s", "flow (message) completion time"),
 ]
@@ -126,6 +127,7 @@ class EndpointConfig:
     dcqcn: dict = field(default_factory=dict)  # overrides of DcqcnParams.scaled
     dcqcn_enabled: bool = True
     rx_buffer_packets: int = 256  # slow-receiver queue before it drops
+    t0_monotonic: float | None = None  # origin of t_s; the testbed passes the run's
 
 
 @dataclass
@@ -176,7 +178,9 @@ class Endpoint:
     def __init__(self, cfg: EndpointConfig, clock=time.monotonic) -> None:
         self.cfg = cfg
         self.clock = clock
-        self.t0 = clock()
+        # the run's clock when the testbed gives its origin, so the endpoints' series line up
+        # with the switches' telemetry; else the endpoint's own start
+        self.t0 = cfg.t0_monotonic if cfg.t0_monotonic is not None else clock()
         self.stats = EndpointStats()
         self.qps: dict[int, QpState] = {}
         self.np = NotificationPoint(cfg.cnp_interval_s) if cfg.cnp_interval_s is not None else \
@@ -755,6 +759,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-dcqcn", action="store_true")
     ap.add_argument("--dcqcn", type=json.loads, default={},
                     help='DCQCN overrides as JSON, e.g. \'{"timer_period_s": 0.1}\'')
+    ap.add_argument("--t0", type=float, default=None,
+                    help="origin of t_s (CLOCK_MONOTONIC seconds), default: now")
     ap.add_argument("--log", default="INFO")
     a = ap.parse_args(argv)
     logging.basicConfig(level=a.log, format="%(asctime)s %(name)s %(message)s")
@@ -762,7 +768,7 @@ def main(argv: list[str] | None = None) -> None:
         intf=a.intf, mac=a.mac, ip=a.ip, next_hop_mac=a.next_hop_mac,
         line_rate_bps=a.line_rate_mbps * 1e6, control_socket=a.control, out_dir=a.out, mtu=a.mtu,
         sample_period_s=a.sample_period, cnp_interval_s=a.cnp_interval, dcqcn=a.dcqcn,
-        dcqcn_enabled=not a.no_dcqcn))
+        dcqcn_enabled=not a.no_dcqcn, t0_monotonic=a.t0))
     signal.signal(signal.SIGTERM, lambda *_: setattr(ep, "_running", False))
     log.info("endpoint on %s (%s), control %s", a.intf, a.ip, a.control)
     try:
