@@ -326,9 +326,9 @@ class SwitchAgent:
         if action == "drop":
             # discard what is queued and whatever arrives: the class's queue holds nothing
             pr.gates.drop_all(tc)
-            # the fresh gate counts drops from zero; the purged backlog counts too
+            # the gates' counters stay cumulative and count the purged backlog as drops
             wd.dropped = st.backlog_packets
-            wd._drops_base = -st.backlog_packets
+            wd._drops_base = st.drops
         elif action == "forward":
             pr.gates.open(tc)
         if action in ("drop", "forward"):

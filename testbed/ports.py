@@ -170,6 +170,10 @@ class PortGates:
             raise LookupError(f"no interface {spec.ifname} in this namespace")
         self.ifindex = links[0]
         self.closed = [False] * NUM_TCS
+        # What a class had sent and dropped before the watchdog re-created its gate (which
+        # starts its counters from zero), so stats() stays cumulative; purged packets count
+        # as drops.
+        self._base = [(0, 0, 0)] * NUM_TCS  # (drops, sent_bytes, sent_packets)
         self._kick_sock = None
         self.netns = netns
 
@@ -217,6 +221,9 @@ class PortGates:
     def drop_all(self, tc: int) -> None:
         """Watchdog drop: discard the queue (delete the gate) and put back an open gate that
         holds nothing, so whatever arrives is dropped and counted."""
+        now = self.stats().get(tc)
+        if now is not None:
+            self._base[tc] = (now.drops + now.backlog_packets, now.sent_bytes, now.sent_packets)
         self.batch.run(f"qdisc del dev {self.spec.ifname} parent {class_handle(tc)} "
                        f"handle {0x10 + tc:x}:")
         self.batch.run(gate_command(self.spec, tc, False, limit=1).replace(
@@ -252,7 +259,9 @@ class PortGates:
             for q in dump:
                 tc = (q.handle >> 16) - 0x10
                 if q.ifindex == self.ifindex and q.kind == "tbf" and 0 <= tc < NUM_TCS:
-                    out_fast[tc] = ClassStats(q.backlog, q.qlen, q.drops, q.bytes, q.packets)
+                    d, b, n = self._base[tc]
+                    out_fast[tc] = ClassStats(q.backlog, q.qlen, d + q.drops, b + q.bytes,
+                                              n + q.packets)
             return out_fast
         out: dict[int, ClassStats] = {}
         for q in self.ipr.get_qdiscs(index=self.ifindex):
@@ -263,8 +272,9 @@ class PortGates:
             st2 = q.get_attr("TCA_STATS2")
             basic = st2.get_attr("TCA_STATS_BASIC")
             queue = st2.get_attr("TCA_STATS_QUEUE")
-            out[tc] = ClassStats(queue["backlog"], queue["qlen"], queue["drops"],
-                                 basic["bytes"], basic["packets"])
+            d, b, n = self._base[tc]
+            out[tc] = ClassStats(queue["backlog"], queue["qlen"], d + queue["drops"],
+                                 b + basic["bytes"], n + basic["packets"])
         return out
 
     def shutdown(self) -> None:

@@ -231,6 +231,15 @@ def test_watchdog_drop_detects_discards_and_restores(tmp_path: Path) -> None:
     assert r["gate_after"] == "1Gbit"
     restored_after = float(se[1]["t_s"]) - float(se[0]["t_s"])
     assert restored_after >= RESTORE
+    # the telemetry's counters stay cumulative across the gate the drop re-created, and the
+    # purged packets are among the drops
+    rows = [r for f in tmp_path.rglob("*.telemetry.csv")
+            for r in csv.DictReader(f.read_text().splitlines())
+            if r["port"] == "1" and r["tc"] == "3"]
+    for col in ("drops", "sent_packets"):
+        vals = [int(r[col]) for r in rows]
+        assert vals == sorted(vals), (col, vals)
+    assert int(rows[-1]["drops"]) >= 3 + 3
 
 
 def test_watchdog_forward_ignores_pauses_and_transmits(tmp_path: Path) -> None:
