@@ -526,10 +526,13 @@ class SwitchAgent:
                             self.busy_until = self.clock() + BUSY_HOLD_S
                             # An XOFF can come from the phantom while the kernel queue is
                             # already empty (and so not hot): without a tick for it the program
-                            # never sees the queue drained and never sends the XON.
+                            # never sees the queue drained and never sends the XON. Timer ticks
+                            # from now on, resyncs at their own pace: a resync at once would
+                            # set the phantom to a kernel backlog that has not caught up with
+                            # what BMv2 holds, and XON the port it just paused.
                             self.hot.update((n, tc) for n in self.ports for tc, q in
                                             classes.items() if q and tc in self.cfg.lossless)
-                            next_tick = next_resync = min(next_tick, self.clock())
+                            next_tick = min(next_tick, self.clock())
                         continue
                     if classes:
                         self.on_pfc(pr, classes, t_kernel)
