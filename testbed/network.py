@@ -339,8 +339,8 @@ class Fabric:
         to the fabric without the failed links (see compute_routes). The veths stay up, since
         taking a veth down under BMv2 stops the switch receiving on every port. Returns the
         switches whose routes changed."""
-        ends = {(ln.a, ln.a_port) for ln in self.topo.links if {ln.a, ln.b} == {a, b}} | {
-            (ln.b, ln.b_port) for ln in self.topo.links if {ln.a, ln.b} == {a, b}}
+        ends = {end for ln in self.topo.links if {ln.a, ln.b} == {a, b}
+                for end in ((ln.a, ln.a_port), (ln.b, ln.b_port))}
         if not ends:
             raise ValueError(f"there is no link {a}-{b}")
         self.down_links = (self.down_links - ends) if up else (self.down_links | ends)

@@ -25,6 +25,9 @@ def make_report(run_dir: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    summary = {}
+    if (run_dir / "summary.json").exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     ax_rate, ax_q, ax_p = axes
     # 1. goodput per sending QP (endpoint time series)
@@ -74,9 +77,6 @@ def make_report(run_dir: Path) -> Path:
     ax_p.set_title("paused by PFC")
     ax_p.set_xlabel("time on the run's clock (s)")
     # the timeline (faults, senders stop) on every panel: all series share the run's clock
-    summary = {}
-    if (run_dir / "summary.json").exists():
-        summary = json.loads((run_dir / "summary.json").read_text())
     marks: list[tuple[float, list[str]]] = []  # events close together share one label
     for e in summary.get("timeline", []):
         if marks and e["t_s"] - marks[-1][0] < 0.2:
@@ -98,14 +98,11 @@ def make_report(run_dir: Path) -> Path:
     png = run_dir / "report.png"
     fig.savefig(png, dpi=90)
     plt.close(fig)
-    _markdown(run_dir)
+    _markdown(run_dir, summary)
     return png
 
 
-def _markdown(run_dir: Path) -> None:
-    summary = {}
-    if (run_dir / "summary.json").exists():
-        summary = json.loads((run_dir / "summary.json").read_text())
+def _markdown(run_dir: Path, summary: dict) -> None:
     lines = [f"# {summary.get('scenario', run_dir.name)}", "", "![report](report.png)", ""]
     for name, f in summary.get("flows", {}).items():
         lines.append(f"- flow **{name}** {f['src']} -> {f['dst']}: {f['bytes_received']} bytes "

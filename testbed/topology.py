@@ -273,16 +273,15 @@ def _default_routes(topo: Topology, sw: Switch, down: DownLinks = frozenset()) -
                 routes.append(
                     Route(f"{h.ip}/32", (NextHop(h.leaf_port, sw.ports[h.leaf_port].mac, h.mac),))
                 )
+        # the leaves each spine still reaches over a live link
+        reach = {s.name: {q.peer for q in s.ports.values() if live(s, q)} for s in topo.spines}
+        live_up = [p for p in sw.ports.values() if p.peer.startswith("spine") and live(sw, p)]
         for other in topo.leaves:
             if other.name == sw.name:
                 continue
             # through every live uplink whose spine still has a live link to that leaf
-            uplinks = tuple(
-                NextHop(p.number, p.mac, _peer_mac(topo, p))
-                for p in sw.ports.values()
-                if p.peer.startswith("spine") and live(sw, p) and any(
-                    q.peer == other.name and live(spine, q)
-                    for spine in [topo.switch(p.peer)] for q in spine.ports.values()))
+            uplinks = tuple(NextHop(p.number, p.mac, _peer_mac(topo, p))
+                            for p in live_up if other.name in reach[p.peer])
             if uplinks:
                 routes.append(Route(str(host_subnet(other.index)), uplinks))
     else:
