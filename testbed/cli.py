@@ -245,6 +245,11 @@ def provision(
         help="Fail if any task changed something (an idempotence check).")] = False,
     playbook: Annotated[Path | None, typer.Option(
         help="Another playbook to run instead of playbooks/site.yml.")] = None,
+    toolchain_archive: Annotated[Path | None, typer.Option(
+        help="Install BMv2, PI and p4c from this prebuilt .tar.zst instead of the p4lang "
+             "repository (machines without internet).")] = None,
+    bmv2_fast_archive: Annotated[Path | None, typer.Option(
+        help="Also install BMv2's fast build (no logging, -O3) from this .tar.zst.")] = None,
 ) -> None:
     """Provision this machine with playbooks/site.yml (through ansible-runner)."""
     from testbed.provision import PLAYBOOK, run_playbook
@@ -254,6 +259,13 @@ def provision(
         _fail(f"--playbook: no such file {book}")
     if os.geteuid() != 0:
         _fail("provisioning installs packages: run it with sudo")
+    extravars: dict[str, str] = {}
+    for var, given in (("p4_toolchain_archive", toolchain_archive),
+                       ("p4_bmv2_fast_archive", bmv2_fast_archive)):
+        if given is not None:
+            if not given.is_file():
+                _fail(f"--{var.removeprefix('p4_').replace('_', '-')}: no such file {given}")
+            extravars[var] = str(given.resolve())
     colors = {"ok": "green", "changed": "yellow", "failed": "red", "skipped": "dim",
               "unreachable": "red", "ignored": "dim"}
 
@@ -261,7 +273,8 @@ def provision(
         console.print(f"[{colors[outcome]}]{outcome:>8}[/{colors[outcome]}]  {task}")
 
     try:
-        res = run_playbook(book, check=check, tags=tags, skip_tags=skip_tags, on_task=show)
+        res = run_playbook(book, check=check, tags=tags, skip_tags=skip_tags,
+                           extravars=extravars, on_task=show)
     except RuntimeError as exc:
         _fail(str(exc), 1)
     console.print(f"[bold]summary[/bold]: {res.summary()}")

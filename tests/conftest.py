@@ -32,3 +32,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         need_bmv2()
     elif item.get_closest_marker("root"):
         need_root()
+
+
+#: Set by CI once the toolchain is installed: a test skipped for want of a tool is then a
+#: failure, so a green run cannot hide switch, PFC or PTF tests that never ran.
+NO_SKIPS_ENV = "ROCE_TESTBED_NO_SKIPS"
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get(NO_SKIPS_ENV) == "1" and _skipped:
+        print(f"\n{NO_SKIPS_ENV}=1 and {len(_skipped)} test(s) skipped:")
+        for line in _skipped:
+            print(f"  SKIPPED {line}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
