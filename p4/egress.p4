@@ -19,6 +19,20 @@ control RoceEgress(inout headers_t hdr,
             return;
         }
         bit<32> out_port = (bit<32>) std_meta.egress_port;
+#ifndef PLAIN_FORWARDING
+        if (meta.lossless_data == 1) {
+            /* How long BMv2 held it: from its arrival to this egress pass. */
+            bit<32> lag = (bit<32>) (std_meta.egress_global_timestamp
+                                     - std_meta.ingress_global_timestamp);
+            lag_last.write(0, lag);
+            lag_last_at.write(0, std_meta.egress_global_timestamp);
+            bit<32> worst;
+            bmv2_lag_max.read(worst, 0);
+            if (lag > worst) {
+                bmv2_lag_max.write(0, lag);
+            }
+        }
+#endif
         tx_port.count(out_port);
         tx_port_tc.count(out_port * NUM_TCS + (bit<32>) std_meta.priority);
     }

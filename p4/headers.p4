@@ -25,6 +25,7 @@ const bit<2>  LOSSLESS_TICK = 2;   /* the agent's tick */
 const bit<2>  LOSSLESS_DATA = 3;   /* a routed data packet */
 const bit<9>  AGENT_PORT            = 500;      /* the switch agent's own port */
 const bit<32> TICK_TIMER_ONLY       = 0xFFFFFFFF; /* a tick without a kernel backlog */
+const bit<32> TICK_SENT_UNKNOWN     = 0xFFFFFFFF; /* a resync tick without the sent counter */
 
 /* Counter arrays are indexed by port * NUM_TCS + class. */
 const bit<32> NUM_TCS   = 8;
@@ -51,11 +52,14 @@ header pfc_h {
     bit<16> time7;
 }
 
-/* The switch agent's tick for one (egress port, class): the kernel's backlog of that queue. */
+/* The switch agent's tick for one (egress port, class): the kernel's backlog of that queue, and
+ * the bytes the kernel has let go of since the port was made (sent, plus dropped), modulo 2^32:
+ * with what the program admitted into the queue, the occupancy of the switch's whole buffer. */
 header tick_h {
     bit<16> port;
     bit<8>  tc;
     bit<32> backlog;
+    bit<32> sent;
 }
 
 header ipv4_h {
@@ -148,6 +152,8 @@ struct metadata_t {
     bit<32>     xon;
     bit<16>     pause_quanta;
     bit<48>     refresh_us;
+    bit<1>      lossless_data;  /* a data packet admitted into a queue with a profile */
+    bit<32>     unseen;         /* bytes BMv2's input buffer may hold for the queue (lag) */
     /* What a PFC frame made from this packet says: class, quanta (0 = XON), target ports. */
     @field_list(FL_PFC) tc_t    pfc_tc;
     @field_list(FL_PFC) bit<16> pfc_quanta;

@@ -6,6 +6,15 @@
  * queue and drains at the port's rate over the time the class was not paused, as the kernel
  * queue does; the switch agent resyncs it from the kernel's backlog with every tick it sends.
  *
+ * What the phantom counts: every byte the program has admitted into the queue and not yet seen
+ * leave the kernel, so the bytes BMv2 itself still holds (its input and egress queues, between
+ * this program and the kernel) count too, as they would in a real switch's buffer. A resync
+ * therefore sets the phantom to (bytes admitted) - (bytes the kernel let go of, as the agent read
+ * them), never to the kernel's backlog alone: that erased what BMv2 held at the resync, and the
+ * phantom then stood below the real occupancy by as much (the drift that cost lossless drops).
+ * The agent's reading is older than this tick, so the kernel has let go of at least as much
+ * since: the resynced phantom can only overstate the occupancy, which is the safe side for PFC.
+ *
  * Why ticks: the program only runs when a packet arrives, and a paused upstream sends none, so
  * something else must notice that a queue drained (to send XON) or is still full (to refresh
  * XOFF before it expires). The agent sends a tick frame per (port, lossless class) through its
@@ -26,8 +35,23 @@ register<bit<48>>(PORT_TC_CELLS) xoff_sent_at;
 register<bit<48>>(PORT_TC_CELLS) refreshed_at;
 /* Per (egress port, class): the ingress ports we paused on its account (bit i = port i). */
 register<bit<64>>(PORT_TC_CELLS) paused_by;
-/* Per (egress port, class): phantom minus kernel backlog at the last tick (two's complement). */
+/* Per (egress port, class): bytes admitted into the queue so far, modulo 2^32. */
+register<bit<32>>(PORT_TC_CELLS) admitted;
+/* Per (egress port, class), at the last resync: the drained phantom minus the occupancy the
+ * resync found (two's complement; negative = the phantom had fallen below it), and the bytes of
+ * that occupancy not yet in the kernel (what BMv2 held). Telemetry: the agent reads both. */
 register<bit<32>>(PORT_TC_CELLS) drift;
+register<bit<32>>(PORT_TC_CELLS) held;
+/* Per (egress port, class): the most the phantom stood below the occupancy a resync found,
+ * since the agent last read and cleared it (bytes): the fidelity guard's figure. */
+register<bit<32>>(PORT_TC_CELLS) below_max;
+/* The longest a data packet spent inside BMv2 (input buffer, ingress, egress queue) since the
+ * agent last read and cleared it, in us: the switch's own part of the PFC reaction time. */
+register<bit<32>>(1) bmv2_lag_max;
+/* The last lossless data packet's time inside BMv2 (us) and when it reached egress (us):
+ * how far behind BMv2's input buffer runs now (see lag_bytes below). */
+register<bit<32>>(1) lag_last;
+register<bit<48>>(1) lag_last_at;
 /* Per (egress port, class): 1 while the PFC watchdog has the queue stop honouring PFC (its
  * drop and forward actions). Written by the switch agent; received pauses are then ignored, so
  * the phantom keeps draining and no XOFF spreads the storm upstream. */
@@ -100,6 +124,25 @@ control RoceLossless(inout headers_t hdr,
         meta.q = ((bit<64>) q > drained) ? q - (bit<32>) drained : 32w0;
     }
 
+    /* Bytes that may wait, unseen, in BMv2's input buffer: a packet's arrival is stamped when
+     * BMv2 receives it, but this program sees it only when the single ingress thread gets to
+     * it. Those bytes are already in the switch, as in a real switch's ingress accounting, and
+     * arrive at their queue after any XOFF decided now, so the PFC decisions count them: the
+     * port's rate times how far behind the input buffer ran at the last egress, for as long
+     * as that backlog can take to drain. When BMv2 falls behind, PFC then pauses the upstream
+     * earlier, which is also what lets it catch up. Idle, it costs nothing (0 bytes). */
+    action lag_bytes() {
+        bit<32> lag;
+        bit<48> at;
+        lag_last.read(lag, 0);
+        lag_last_at.read(at, 0);
+        bit<32> pending = 0;
+        if (meta.now < at + (bit<48>) lag) {
+            pending = (bit<32>) (((bit<64>) lag * (bit<64>) meta.port_rate_q20) >> 20);
+        }
+        meta.unseen = pending;
+    }
+
     apply {
         meta.now = std_meta.ingress_global_timestamp;
 
@@ -130,6 +173,7 @@ control RoceLossless(inout headers_t hdr,
             queue_profile.apply();
             if (meta.qp_valid == 1) {
                 drain(idx);
+                lag_bytes();
             }
 
             if (is_tick) {
@@ -140,8 +184,26 @@ control RoceLossless(inout headers_t hdr,
                 ticks.count(idx);
                 bit<32> level = meta.q;
                 if (hdr.tick.backlog != TICK_TIMER_ONLY) {
-                    drift.write(idx, meta.q - hdr.tick.backlog);
                     level = hdr.tick.backlog;
+                    if (hdr.tick.sent != TICK_SENT_UNKNOWN) {
+                        bit<32> adm;
+                        admitted.read(adm, idx);
+                        bit<32> occupancy = adm - hdr.tick.sent;
+                        /* below the backlog (or "negative"): counters out of step, e.g. a
+                         * queue without a profile earlier; the kernel's backlog is a floor */
+                        if (occupancy[31:31] == 0 && occupancy > level) {
+                            level = occupancy;
+                        }
+                    }
+                    drift.write(idx, meta.q - level);
+                    held.write(idx, level - hdr.tick.backlog);
+                    if (level > meta.q) {
+                        bit<32> worst;
+                        below_max.read(worst, idx);
+                        if (level - meta.q > worst) {
+                            below_max.write(idx, level - meta.q);
+                        }
+                    }
                 }
                 q_bytes.write(idx, level);
                 q_time.write(idx, meta.now);
@@ -151,7 +213,7 @@ control RoceLossless(inout headers_t hdr,
                 meta.pfc_tc = (tc_t) hdr.tick.tc;
                 if (ports == 0 || meta.qp_valid == 0) {
                     mark_to_drop(std_meta);
-                } else if (level <= meta.xon) {
+                } else if (level + meta.unseen <= meta.xon) {
                     meta.pfc_quanta = 0;                  /* XON: the queue has drained */
                     paused_by.write(idx, 0);
                     std_meta.mcast_grp = PFC_MCAST_GROUP;
@@ -174,6 +236,10 @@ control RoceLossless(inout headers_t hdr,
                 bit<32> q = meta.q + std_meta.packet_length;
                 q_bytes.write(idx, q);
                 q_time.write(idx, meta.now);
+                bit<32> adm;
+                admitted.read(adm, idx);
+                admitted.write(idx, adm + std_meta.packet_length);
+                meta.lossless_data = 1;
 
                 /* ECN: RED on the phantom, for ECN-capable packets only. */
                 if (meta.ecn_enable == 1 && hdr.ipv4.ecn != 0) {
@@ -197,7 +263,7 @@ control RoceLossless(inout headers_t hdr,
 
                 /* PFC: over XOFF, pause the port the packet came from (refreshed before the
                  * pause expires). */
-                if (meta.pfc_enable == 1 && q > meta.xoff) {
+                if (meta.pfc_enable == 1 && q + meta.unseen > meta.xoff) {
                     bit<32> pidx = (bit<32>) std_meta.ingress_port * NUM_TCS
                                    + (bit<32>) meta.tc;
                     bit<48> last;

@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.ports import NUM_TCS, PortGates, PortSpec, TcBatch
+from testbed.ports import NUM_TCS, ClassStats, PortGates, PortSpec, TcBatch
 from testbed.tcstats import QdiscReader
 
 ETH_P_PFC = 0x8808
@@ -54,6 +54,7 @@ BUSY_HOLD_S = 1.0
 #: While busy, resync from the kernel this often; timer ticks fill the gaps (no kernel read).
 RESYNC_S = 0.05
 TICK_TIMER_ONLY = 0xFFFFFFFF
+TICK_SENT_UNKNOWN = 0xFFFFFFFF
 PFC_QUANTUM_BITS = 512
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 
@@ -70,8 +71,15 @@ TELEMETRY_COLUMNS = [
     ("paused", "1 while the class is paused by PFC from the peer"),
     ("pfc_rx", "PFC frames received for this class so far"),
     ("paused_s", "seconds paused so far"),
-    ("phantom_drift_bytes", "lossless classes: the P4 phantom queue minus the kernel backlog "
-                            "at the last tick (how far the data plane's view had drifted)"),
+    ("phantom_drift_bytes", "lossless classes: the P4 phantom queue, drained since the last "
+                            "resync, minus the occupancy the resync found (admitted minus what "
+                            "the kernel let go of); negative: the phantom had fallen below it"),
+    ("held_bytes", "lossless classes, at the last resync: bytes the program had admitted that "
+                   "were not yet in the kernel queue (held inside BMv2)"),
+    ("phantom_below_max_bytes", "lossless classes: the most the phantom stood below the "
+                                "occupancy a resync found, since the previous sample"),
+    ("bmv2_lag_max_us", "the switch: the longest a lossless data packet spent inside BMv2 "
+                        "(arrival to egress) since the previous sample"),
 ]
 EVENT_COLUMNS = [
     ("t_s", "when, on the run's clock"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
@@ -152,12 +160,28 @@ class PortRuntime:
     wd: list[WatchdogState] = field(default_factory=lambda: [WatchdogState() for _ in range(8)])
 
 
-def tick_frame(src_mac: str, port: int, tc: int, backlog: int) -> bytes:
+def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
+               released: int | None = None) -> bytes:
+    """The agent's tick for (port, class): the kernel's backlog, and the bytes the kernel has
+    let go of (sent plus dropped) since the port was made, modulo 2^32 (None: unknown, the
+    program then takes the backlog alone)."""
     dst = b"\x02\x00\x00\x00\x00\xff"
     src = bytes.fromhex(src_mac.replace(":", ""))
-    body = struct.pack("!HBI", port, tc, min(backlog, 0xFFFFFFFF))
+    sent = TICK_SENT_UNKNOWN if released is None else released & 0xFFFFFFFF
+    if sent == TICK_SENT_UNKNOWN:  # the one value that means unknown: off by a byte is safe
+        sent -= 1
+    body = struct.pack("!HBII", port, tc, min(backlog, 0xFFFFFFFF), sent)
     f = dst + src + struct.pack("!H", ETH_P_TICK) + body
     return f + b"\x00" * (60 - len(f))
+
+
+def released_bytes(st: ClassStats, max_frame: int) -> int:
+    """Bytes a kernel queue has let go of: sent, plus dropped. The kernel counts drops in
+    packets only; they are costed at the class's mean frame size (the largest frame before it
+    has sent any), which errs by a fraction of a frame per drop in a class where a drop is
+    already a failure the run reports."""
+    mean = st.sent_bytes // st.sent_packets if st.sent_packets else max_frame
+    return st.sent_bytes + st.drops * mean
 
 
 def parse_pfc(frame: bytes) -> dict[int, int] | None:
@@ -385,6 +409,7 @@ class SwitchAgent:
             for tc in self.cfg.lossless:
                 st = stats[n].get(tc)
                 backlog = st.backlog_bytes if st else 0
+                released = released_bytes(st, self.cfg.max_frame) if st else None
                 key = (n, tc)
                 # a queue that is and was empty needs no tick: the program has nothing to do
                 if backlog == 0 and key not in self.hot:
@@ -393,7 +418,8 @@ class SwitchAgent:
                     self.hot.add(key)
                 else:
                     self.hot.discard(key)
-                self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, backlog))
+                self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, backlog,
+                                               released))
                 self.stats["ticks"] += 1
         if self.hot:
             self.busy_until = self.clock() + BUSY_HOLD_S
@@ -420,22 +446,32 @@ class SwitchAgent:
             self._thrift = Standard.Client(proto)
         return self._thrift
 
-    def _drift(self) -> dict[int, int]:
-        """The P4 program's drift register (phantom - kernel backlog) for the lossless queues,
-        over Thrift, one cell at a time (the whole 4096-cell array costs 12 ms to decode)."""
+    def _registers(self) -> tuple[dict[int, tuple[int, int, int]], int | None]:
+        """The P4 program's view at the last resync of each lossless queue (drift, held: see
+        the registers in p4/lossless.p4) and BMv2's longest hold of a packet since the last
+        call (read and cleared), over Thrift one cell at a time (the whole 4096-cell array
+        costs 12 ms to decode)."""
         if not self.cfg.thrift_port or not self.cfg.lossless:
-            return {}
+            return {}, None
         try:
             bm = self._bm()
             out = {}
             for n in self.ports:
                 for tc in self.cfg.lossless:
-                    v = bm.bm_register_read(0, "drift", n * NUM_TCS + tc)
-                    out[n * NUM_TCS + tc] = v - (1 << 32) if v >= 1 << 31 else v
-            return out
-        except Exception:  # BMv2 gone or no Thrift module: the column stays empty
+                    cell = n * NUM_TCS + tc
+                    d = bm.bm_register_read(0, "drift", cell)
+                    held = bm.bm_register_read(0, "held", cell)
+                    below = bm.bm_register_read(0, "below_max", cell)
+                    if below:
+                        bm.bm_register_write(0, "below_max", cell, 0)
+                    out[cell] = (d - (1 << 32) if d >= 1 << 31 else d,
+                                 held - (1 << 32) if held >= 1 << 31 else held, below)
+            lag = bm.bm_register_read(0, "bmv2_lag_max", 0)
+            bm.bm_register_write(0, "bmv2_lag_max", 0, 0)
+            return out, lag
+        except Exception:  # BMv2 gone or no Thrift module: the columns stay empty
             self._thrift = None
-            return {}
+            return {}, None
 
     def _p4_ignore_pfc(self, port: int, tc: int, ignore: bool) -> None:
         """Tell the P4 program whether the watchdog has (port, class) ignore PFC: while it
@@ -457,7 +493,7 @@ class SwitchAgent:
         now = self.clock()
         t = f"{self.now():.4f}"
         backlogs = self._backlogs()
-        drift = self._drift()
+        regs, lag = self._registers()
         if now >= self.busy_until:
             self.tick(backlogs)  # the slow, at-rest check rides on the sample's dump
         for n, per_tc in backlogs.items():
@@ -468,11 +504,12 @@ class SwitchAgent:
                     continue
                 ps = pr.pause[tc]
                 paused_s = ps.total + (now - ps.since if ps.until else 0.0)
-                d = drift.get(n * NUM_TCS + tc, "")
+                d, held, below = regs.get(n * NUM_TCS + tc, ("", "", ""))
                 self._tel_w.writerow([t, self.cfg.switch, n, tc, st.backlog_bytes,
                                       st.backlog_packets, st.drops, st.sent_bytes,
                                       st.sent_packets, int(bool(ps.until)), ps.frames,
-                                      f"{paused_s:.4f}", d])
+                                      f"{paused_s:.4f}", d, held, below,
+                                      "" if lag is None else lag])
         self._tel.flush()
 
     # -- loop ---------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import csv
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from testbed.fidelity import Figures, longest_run
+
 QueueId = tuple[str, int, int]  # (switch, port, class)
 
 
@@ -32,7 +34,10 @@ class Sample:
     drops: int
     sent_bytes: int = 0
     paused_s: float = 0.0
-    drift_bytes: int | None = None  # lossless classes: phantom - kernel backlog at last tick
+    drift_bytes: int | None = None  # lossless classes: phantom - occupancy at the last resync
+    held_bytes: int | None = None  # lossless classes: of that occupancy, not yet in the kernel
+    below_max_bytes: int | None = None  # lossless: worst phantom shortfall since last sample
+    bmv2_lag_max_us: int | None = None  # the switch: longest hold of a lossless packet
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,10 @@ def queue_name(q: QueueId) -> str:
     return f"{q[0]}:{q[1]}:{q[2]}"
 
 
+def _int(v: str | None) -> int | None:
+    return int(v) if v else None
+
+
 def load_telemetry(run_dir: Path) -> dict[QueueId, list[Sample]]:
     out: dict[QueueId, list[Sample]] = {}
     for path in sorted((run_dir / "telemetry").glob("*.telemetry.csv")):
@@ -78,7 +87,18 @@ def load_telemetry(run_dir: Path) -> dict[QueueId, list[Sample]]:
                     float(r["t_s"]), int(r["backlog_bytes"]), int(r["backlog_packets"]),
                     int(r["sent_packets"]), r["paused"] == "1", int(r["pfc_rx"]),
                     int(r["drops"]), int(r["sent_bytes"]), float(r["paused_s"]),
-                    int(r["phantom_drift_bytes"]) if r["phantom_drift_bytes"] else None))
+                    _int(r.get("phantom_drift_bytes")), _int(r.get("held_bytes")),
+                    _int(r.get("phantom_below_max_bytes")), _int(r.get("bmv2_lag_max_us"))))
+    return out
+
+
+def pause_reactions_us(run_dir: Path) -> list[int]:
+    """Every pause the agents applied: the frame's arrival in the kernel to the gate command."""
+    out = []
+    for path in sorted((run_dir / "telemetry").glob("*.events.csv")):
+        with open(path, newline="") as fh:
+            out += [int(float(r["reaction_us"])) for r in csv.DictReader(fh)
+                    if r["event"] == "pause" and r["reaction_us"]]
     return out
 
 
@@ -179,7 +199,7 @@ def telemetry_summary(run_dir: Path) -> dict:
     it sent and dropped, PFC received and time paused, and the phantom's drift from the kernel
     backlog (median and 99th percentile of |drift| over samples with packets waiting)."""
     series = load_telemetry(run_dir)
-    queues, drifts = [], []
+    queues, drifts, held = [], [], []
     for (sw, port, tc), samples in sorted(series.items()):
         last = samples[-1]
         if not (last.sent_packets or last.drops or last.pfc_rx):
@@ -187,6 +207,8 @@ def telemetry_summary(run_dir: Path) -> dict:
         d = [abs(s.drift_bytes) for s in samples if s.drift_bytes is not None
              and s.backlog_packets > 0]
         drifts += d
+        held += [s.held_bytes for s in samples if s.held_bytes is not None
+                 and s.backlog_packets > 0]
         queues.append({
             "switch": sw, "port": port, "tc": tc,
             "max_backlog_bytes": max(s.backlog_bytes for s in samples),
@@ -206,4 +228,34 @@ def telemetry_summary(run_dir: Path) -> dict:
         "drift_bytes": {"samples": len(drifts),
                         "median": _percentile(drifts, 0.5) if drifts else None,
                         "p99": _percentile(drifts, 0.99) if drifts else None},
+        "held_bytes": {"samples": len(held),
+                       "median": _percentile(held, 0.5) if held else None,
+                       "p99": _percentile(held, 0.99) if held else None},
     }
+
+
+def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
+                     hidden_loss: int | None = None) -> Figures:
+    """The figures the fidelity guard judges, from a results folder's telemetry (and the
+    hidden loss, which only the switches' counters tell)."""
+    series = load_telemetry(run_dir)
+    mine = [s for q, ss in series.items() if q[2] in lossless for s in ss]
+    last = [ss[-1] for q, ss in series.items() if q[2] in lossless and ss]
+    below = [s.below_max_bytes for s in mine if s.below_max_bytes is not None]
+    lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
+           if s.bmv2_lag_max_us is not None]
+    reactions = pause_reactions_us(run_dir)
+    cpu_path = run_dir / "telemetry" / "cpu.csv"
+    cpu = None
+    if cpu_path.exists():
+        with open(cpu_path, newline="") as fh:
+            rows = [(float(r["t_s"]), float(r["busy_pct"])) for r in csv.DictReader(fh)]
+        cpu = longest_run(rows, cpu_busy_pct)
+    return Figures(
+        pfc_enabled=bool(lossless),
+        lossless_drops=sum(s.drops for s in last) if last else None,
+        hidden_loss=hidden_loss,
+        phantom_below_bytes=max(below) if below else None,
+        bmv2_lag_us=max(lag) if lag else None,
+        agent_reaction_us=max(reactions) if reactions else None,
+        cpu_saturated_s=cpu)

@@ -30,6 +30,16 @@ def _sigterm_as_interrupt(_signo, _frame):
     raise KeyboardInterrupt
 
 
+def _print_fidelity(section: dict | None) -> None:
+    """The fidelity guard's verdict after the results (testbed.fidelity): red when a run was
+    not a faithful emulation, with every reason."""
+    from testbed.fidelity import lines
+
+    style = "green" if section and section["ok"] else "bold red"
+    for line in lines(section):
+        console.print(line, style=style, markup=False, highlight=False)
+
+
 def _fabric_config(config: Path | None, overrides: dict) -> FabricConfig:
     """A YAML file if given, with any flags on top; flags alone otherwise."""
     data: dict = {}
@@ -131,6 +141,11 @@ def up(
         status = 130
     finally:
         fabric.stop()
+        summary = run_dir / "telemetry" / "summary.json"
+        if summary.exists():
+            import json
+
+            _print_fidelity(json.loads(summary.read_text()).get("fidelity"))
     raise typer.Exit(status)
 
 
@@ -192,6 +207,7 @@ def run(
 
     for line in deadlock_lines(s.get("deadlock")):
         console.print(f"  {line[2:]}", markup=False)
+    _print_fidelity(s.get("fidelity"))
 
 
 @app.command()

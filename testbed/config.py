@@ -304,6 +304,19 @@ class AgentConfig(_Strict):
     pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)
 
 
+class FidelityConfig(_Strict):
+    """When a run stops counting as a faithful emulation (see testbed/fidelity.py). The PFC
+    reaction budget is qos.pfc.reaction_ms and the headroom comes from qos.pfc; these are the
+    limits that have no counterpart on a real switch."""
+
+    cpu_busy_pct: float = Field(
+        95.0, gt=0, le=100, description="A core counts as saturated at this busy share, "
+        "sampled every 0.2 s.")
+    cpu_saturated_s: float = Field(
+        1.0, ge=0, description="Every core saturated for longer than this at a stretch flags "
+        "the run: the switches, agents and hosts then no longer keep their own time.")
+
+
 class FabricConfig(_Strict):
     """A whole fabric: what `testbed up` brings up."""
 
@@ -317,6 +330,7 @@ class FabricConfig(_Strict):
     switch: SwitchConfig = Field(default_factory=SwitchConfig)
     qos: QosConfig = Field(default_factory=QosConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
 
 
 def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

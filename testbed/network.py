@@ -175,6 +175,9 @@ class Fabric:
         #: and counter samples are all seconds since this instant.
         self.t0 = time.monotonic()
         self.down_links: set[tuple[str, int]] = set()  # (switch, port) ends of failed links
+        self._cpu = None  # testbed.cpuload.CpuSampler while agents run
+        #: Frames lost in front of BMv2 over the whole run, read as the fabric stops.
+        self.hidden_loss: int | None = None
 
     # -- bring-up -----------------------------------------------------------------------
     def _bmv2_options(self, sw_name: str) -> Bmv2Options:
@@ -320,6 +323,10 @@ class Fabric:
                 self.progress("starting switch agents")
                 self.start_agents()
                 self.timings.mark("agents", t)
+                from testbed.cpuload import CpuSampler
+
+                self._cpu = CpuSampler(self.results_dir / "telemetry" / "cpu.csv", self.t0)
+                self._cpu.start()
             (self.results_dir / "topology.json").write_text(self.topo.to_json())
             (self.results_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         except (SwitchStartError, ControlPlaneError, FabricError):
@@ -392,8 +399,12 @@ class Fabric:
     # -- tear-down ----------------------------------------------------------------------
     def stop(self) -> None:
         self.stop_endpoints()
+        self._read_hidden_loss()
         had_agents = bool(self._agent_procs)
         self.stop_agents()
+        if self._cpu is not None:
+            self._cpu.stop()
+            self._cpu = None
         if had_agents:
             self._write_telemetry_summary()
         for s in self.sessions.values():
@@ -407,13 +418,45 @@ class Fabric:
 
         clean_state(self.state)
 
+    def _read_hidden_loss(self) -> None:
+        """Frames the switches' veths received that their P4 programs never saw, summed over
+        every port (see testbed.measure), while the switches still run."""
+        if not self.sessions or self.net is None:
+            return
+        from testbed.measure import fabric_counters
+
+        try:
+            counters = fabric_counters(self)
+        except Exception as exc:  # a switch already gone: the figure stays unknown
+            self.progress(f"hidden loss not read: {exc}")
+            return
+        self.hidden_loss = sum(max(pc.hidden_loss, 0) for sc in counters.values()
+                               for pc in sc.ports.values() if pc.veth_rx_packets >= 0)
+
+    def fidelity_budgets(self):
+        """What the fidelity guard allows on this fabric (testbed.fidelity.Budgets)."""
+        from testbed.fidelity import Budgets
+
+        q = self.cfg.qos
+        rates = {self.cfg.fabric.host_link_mbps, self.cfg.fabric.fabric_link_mbps}
+        headroom = min((queue_profiles(q, r)[tc].headroom for r in rates for tc in q.pfc_enable),
+                       default=0)
+        return Budgets(headroom_bytes=headroom, reaction_us=int(q.pfc.reaction_ms * 1000),
+                       cpu_saturated_s=self.cfg.fidelity.cpu_saturated_s)
+
     def _write_telemetry_summary(self) -> None:
-        """telemetry/summary.json beside the agents' CSVs: a failed run keeps it too."""
-        from testbed.analysis import telemetry_summary
+        """telemetry/summary.json beside the agents' CSVs, with the fidelity guard's verdict:
+        a failed run keeps it too."""
+        from testbed.analysis import fidelity_figures, telemetry_summary
+        from testbed.fidelity import assess
 
         out = self.results_dir / "telemetry" / "summary.json"
         try:
-            out.write_text(json.dumps(telemetry_summary(self.results_dir), indent=2))
+            summary = telemetry_summary(self.results_dir)
+            figs = fidelity_figures(self.results_dir, list(self.cfg.qos.pfc_enable),
+                                    self.cfg.fidelity.cpu_busy_pct, self.hidden_loss)
+            summary["fidelity"] = assess(figs, self.fidelity_budgets())
+            out.write_text(json.dumps(summary, indent=2))
         except (OSError, ValueError, KeyError) as exc:  # a half-written CSV of a killed agent
             self.progress(f"telemetry summary not written: {exc}")
 

@@ -94,6 +94,10 @@ def make_report(run_dir: Path) -> Path:
         key = f"{e['switch']}:{e['port']} tc{e['tc']}"
         if e["event"] == "storm_detected" and key in rows:
             ax_p.plot(float(e["t_s"]), rows[key], "rx", markersize=8)
+    fid = summary.get("fidelity")
+    if fid and not fid["ok"]:  # a run that was not faithful says so above everything else
+        fig.suptitle("NOT A FAITHFUL EMULATION: " + "; ".join(fid["reasons"])[:220],
+                     color="red", fontsize=9, wrap=True)
     fig.tight_layout()
     png = run_dir / "report.png"
     fig.savefig(png, dpi=90)
@@ -103,7 +107,16 @@ def make_report(run_dir: Path) -> Path:
 
 
 def _markdown(run_dir: Path, summary: dict) -> None:
-    lines = [f"# {summary.get('scenario', run_dir.name)}", "", "![report](report.png)", ""]
+    from testbed.fidelity import lines as fidelity_lines
+
+    lines = [f"# {summary.get('scenario', run_dir.name)}", ""]
+    fid = fidelity_lines(summary.get("fidelity"))
+    if fid and not summary["fidelity"]["ok"]:
+        # Markdown has no colour: a red-circle sign heads the warning where renderers show it
+        lines += [f"> **\N{LARGE RED CIRCLE} {fid[0]}**", *(f"> {ln}" for ln in fid[1:]), ""]
+    elif fid:
+        lines += [fid[0], ""]
+    lines += ["![report](report.png)", ""]
     for name, f in summary.get("flows", {}).items():
         lines.append(f"- flow **{name}** {f['src']} -> {f['dst']}: {f['bytes_received']} bytes "
                      f"received, {sum(q['retransmitted'] for q in f['qps'])} packets resent")

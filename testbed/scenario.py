@@ -270,6 +270,9 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
             sampler.stop_event.set()
             sampler.join(timeout=5)
         fabric.stop()
+        tel = run_dir / "telemetry" / "summary.json"
+        if tel.exists():  # the fidelity guard's verdict, written as the fabric stopped
+            res.summary["fidelity"] = json.loads(tel.read_text()).get("fidelity")
         res.summary.setdefault("timeline", timeline)
         res.summary["watchdog_events"] = _watchdog_events(run_dir)
         if stopped_at is not None:

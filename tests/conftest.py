@@ -27,6 +27,19 @@ def need_bmv2() -> None:
         pytest.skip("needs Mininet: apt install mininet, venv with --system-site-packages")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--seed", action="append", type=int, default=[],
+                     help="replay these lossless property cases (tests/lossless_cases.py)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "lossless_seed" in metafunc.fixturenames:
+        from tests.test_lossless_property import DEFAULT_SEEDS
+
+        seeds = metafunc.config.getoption("--seed") or DEFAULT_SEEDS
+        metafunc.parametrize("lossless_seed", seeds)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("bmv2"):
         need_bmv2()

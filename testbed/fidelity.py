@@ -1,0 +1,123 @@
+"""Was this run a faithful emulation? The fidelity guard of every run.
+
+A lossless class that loses packets teaches the wrong lesson when the loss came from the
+emulation falling behind rather than from the protocol. Each check below compares one figure a
+run measured with the budget that the emulation's own guarantees rest on; a run passes when
+every check does, and otherwise its summary, the CLI and the report say which failed and why.
+
+* ``lossless_drops``: packets a lossless class dropped while PFC was on. With PFC the only loss
+  a real switch allows is a headroom overflow, which the buffer sizing here is meant to rule out.
+* ``hidden_loss``: frames a switch's veth received that the P4 program never saw (BMv2 lost
+  them in front of its pipeline: arrivals faster than it serves them).
+* ``phantom_below``: how far the program's phantom queue stood below the switch's real
+  occupancy at a resync. Whatever it hides, XOFF comes late by as much, and it is taken out of
+  the headroom; beyond the headroom a drop is possible.
+* ``bmv2_lag``: the longest BMv2 held a lossless packet (its arrival to its egress pass). A
+  packet already inside BMv2 when XOFF is decided still joins the queue, so this time is part
+  of the PFC reaction that the headroom is sized for (``qos.pfc.reaction_ms``).
+* ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part.
+* ``cpu_saturated``: the longest stretch in which every core was busy; past it, none of the
+  times above can be trusted to hold.
+
+Pure: the figures come in, a verdict goes out (:func:`assess`); reading the results folder is
+:mod:`testbed.analysis`'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What a run measured, for the checks. None: not measured (the check is not made)."""
+
+    pfc_enabled: bool
+    lossless_drops: int | None = None
+    hidden_loss: int | None = None
+    phantom_below_bytes: int | None = None  # largest (occupancy - phantom) seen at a resync
+    bmv2_lag_us: int | None = None
+    agent_reaction_us: int | None = None
+    cpu_saturated_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """What the emulation's guarantees allow."""
+
+    headroom_bytes: int  # the smallest lossless headroom of any port
+    reaction_us: int  # qos.pfc.reaction_ms
+    cpu_saturated_s: float  # fidelity.cpu_saturated_s
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    value: float | int
+    limit: float | int
+    reason: str  # said when not ok
+
+
+def checks(fig: Figures, budget: Budgets) -> list[Check]:
+    """Every check whose figure was measured."""
+    out: list[Check] = []
+
+    def add(name: str, value: float | int | None, limit: float | int, reason: str) -> None:
+        if value is not None:
+            out.append(Check(name, value <= limit, value, limit, reason.format(v=value,
+                                                                           lim=limit)))
+
+    if fig.pfc_enabled:
+        add("lossless_drops", fig.lossless_drops, 0,
+            "{v} packets dropped in a lossless class while PFC was on")
+    add("hidden_loss", fig.hidden_loss, 0,
+        "{v} frames lost in front of BMv2 (a veth received them, the P4 program never saw "
+        "them): the switches could not keep up with the offered packets")
+    if fig.pfc_enabled:
+        add("phantom_below", fig.phantom_below_bytes, budget.headroom_bytes,
+            "the P4 phantom queue stood {v} bytes below the real occupancy, more than the "
+            "{lim}-byte headroom covers")
+        add("bmv2_lag", fig.bmv2_lag_us, budget.reaction_us,
+            "BMv2 held a lossless packet {v} us, beyond the {lim} us reaction time the "
+            "headroom is sized for (qos.pfc.reaction_ms)")
+        add("agent_reaction", fig.agent_reaction_us, budget.reaction_us,
+            "a switch agent took {v} us to apply a PFC pause, beyond the {lim} us reaction "
+            "time the headroom is sized for (qos.pfc.reaction_ms)")
+    add("cpu_saturated", fig.cpu_saturated_s, budget.cpu_saturated_s,
+        "every CPU core was busy for {v} s at a stretch (limit {lim} s, "
+        "fidelity.cpu_saturated_s): timings were not the emulation's own")
+    return out
+
+
+def assess(fig: Figures, budget: Budgets) -> dict:
+    """The summary's ``fidelity`` section: ``ok``, the reasons when not, and every check."""
+    cs = checks(fig, budget)
+    return {"ok": all(c.ok for c in cs),
+            "reasons": [c.reason for c in cs if not c.ok],
+            "checks": [asdict(c) for c in cs]}
+
+
+def lines(section: dict | None) -> list[str]:
+    """The fidelity section in words, for the CLI and report.md."""
+    if not section:
+        return []
+    if section["ok"]:
+        names = ", ".join(c["name"] for c in section["checks"])
+        return [f"FIDELITY OK: the emulation kept up ({names})"]
+    return ["FIDELITY NOT OK: this run's results are not a faithful emulation:",
+            *(f"  - {r}" for r in section["reasons"])]
+
+
+def longest_run(samples: list[tuple[float, float]], threshold: float) -> float:
+    """The longest stretch of consecutive (t, value) samples with value >= threshold, in
+    seconds from the first such sample to the last (a single sample counts as zero)."""
+    best = 0.0
+    start: float | None = None
+    for t, v in samples:
+        if v >= threshold:
+            start = t if start is None else start
+            best = max(best, t - start)
+        else:
+            start = None
+    return round(best, 3)

@@ -1,0 +1,157 @@
+"""The fidelity guard: each check flags what it must, the figures come from a results folder,
+and a run whose condition is forced says so in the summary, the CLI and the report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.agent import TELEMETRY_COLUMNS
+from testbed.analysis import fidelity_figures
+from testbed.cpuload import CPU_COLUMNS, busy_shares, read_jiffies
+from testbed.fidelity import Budgets, Figures, assess, lines, longest_run
+
+REPO = Path(__file__).resolve().parent.parent
+BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, cpu_saturated_s=1.0)
+GOOD = Figures(pfc_enabled=True, lossless_drops=0, hidden_loss=0, phantom_below_bytes=3000,
+               bmv2_lag_us=5000, agent_reaction_us=900, cpu_saturated_s=0.2)
+
+
+def test_a_faithful_run_passes_every_check() -> None:
+    v = assess(GOOD, BUDGET)
+    assert v["ok"] and v["reasons"] == []
+    assert {c["name"] for c in v["checks"]} == {"lossless_drops", "hidden_loss", "phantom_below",
+                                                "bmv2_lag", "agent_reaction", "cpu_saturated"}
+    assert lines(v)[0].startswith("FIDELITY OK")
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("lossless_drops", 3, "3 packets dropped in a lossless class"),
+    ("hidden_loss", 12, "12 frames lost in front of BMv2"),
+    ("phantom_below_bytes", 40_001, "40001 bytes below the real occupancy"),
+    ("bmv2_lag_us", 25_000, "BMv2 held a lossless packet 25000 us"),
+    ("agent_reaction_us", 20_001, "took 20001 us to apply a PFC pause"),
+    ("cpu_saturated_s", 1.5, "busy for 1.5 s at a stretch"),
+])
+def test_each_check_flags_its_condition(field: str, value: float, words: str) -> None:
+    v = assess(Figures(**{**GOOD.__dict__, field: value}), BUDGET)
+    assert not v["ok"]
+    assert len(v["reasons"]) == 1 and words in v["reasons"][0], v["reasons"]
+    text = lines(v)
+    assert text[0].startswith("FIDELITY NOT OK") and words in text[1]
+
+
+def test_lossless_checks_only_with_pfc_and_unmeasured_figures_are_not_judged() -> None:
+    lossy = Figures(pfc_enabled=False, lossless_drops=500, hidden_loss=0, bmv2_lag_us=99_000)
+    v = assess(lossy, BUDGET)
+    assert v["ok"] and [c["name"] for c in v["checks"]] == ["hidden_loss"]
+    assert assess(Figures(pfc_enabled=True), BUDGET)["checks"] == []
+
+
+def test_longest_saturated_stretch() -> None:
+    s = [(0.0, 50), (0.2, 99), (0.4, 100), (0.6, 97), (0.8, 40), (1.0, 96), (1.2, 99)]
+    assert longest_run(s, 95) == 0.4
+    assert longest_run(s, 101) == 0.0
+    assert longest_run([], 95) == 0.0
+
+
+def test_cpu_shares_from_proc_stat() -> None:
+    a = "cpu  1 2 3 4\ncpu0 100 0 100 800 0 0 0 0 0 0\ncpu1 0 0 0 1000 0 0 0 0 0 0\nintr 5\n"
+    b = "cpu  1 2 3 4\ncpu0 150 0 150 800 0 0 0 0 0 0\ncpu1 0 0 50 1050 0 0 0 0 0 0\nintr 9\n"
+    ja, jb = read_jiffies(a), read_jiffies(b)
+    assert ja == [(200, 1000), (0, 1000)]
+    assert busy_shares(ja, jb) == [100.0, 50.0]
+    assert read_jiffies(Path("/proc/stat").read_text())  # this machine's format parses
+
+
+def _write(path: Path, columns: list, rows: list[dict]) -> None:
+    names = [c for c, _ in columns]
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, names)
+        w.writeheader()
+        for r in rows:
+            w.writerow({n: r.get(n, 0) for n in names})
+
+
+def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
+    tel = tmp_path / "telemetry"
+    tel.mkdir()
+    base = {"switch": "leaf1", "port": 1, "paused": 0, "pfc_rx": 0, "paused_s": "0.0"}
+    _write(tel / "leaf1.telemetry.csv", TELEMETRY_COLUMNS, [
+        {**base, "t_s": 1.0, "tc": 3, "drops": 0, "phantom_below_max_bytes": 700,
+         "bmv2_lag_max_us": 3000},
+        {**base, "t_s": 1.1, "tc": 3, "drops": 2, "phantom_below_max_bytes": 4200,
+         "bmv2_lag_max_us": 9000},
+        {**base, "t_s": 1.1, "tc": 0, "drops": 50, "phantom_below_max_bytes": "",
+         "bmv2_lag_max_us": 9000},
+    ])
+    (tel / "leaf1.events.csv").write_text(
+        "t_s,switch,port,tc,event,quanta,reaction_us,detail\n"
+        "1.0,leaf1,1,3,pause,65535,800,\n1.2,leaf1,1,3,resume,0,1900,\n"
+        "1.3,leaf1,1,3,pause,65535,1200,\n")
+    _write(tel / "cpu.csv", CPU_COLUMNS, [{"t_s": t / 10, "busy_pct": 99, "mean_pct": 99}
+                                         for t in range(5)])
+    f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0)
+    assert f == Figures(pfc_enabled=True, lossless_drops=2, hidden_loss=0,
+                        phantom_below_bytes=4200, bmv2_lag_us=9000, agent_reaction_us=1200,
+                        cpu_saturated_s=0.4)
+
+
+SCENARIO = """
+name: fidelity-forced
+fabric: {spines: 1, leaves: 2, hosts_per_leaf: 1}
+qos: {pfc_enable: [3], ecn: {}}
+fidelity: {cpu_saturated_s: %s}
+endpoints: {dcqcn: false}
+duration_s: 4
+settle_s: 0.5
+flows:
+  - {name: a, src: h1, dst: h2, qps: 1, message_bytes: 16384, count: 20}
+"""
+
+HOG = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
+
+
+def _testbed_run(tmp_path: Path, limit: str, hogs: int) -> tuple[subprocess.CompletedProcess,
+                                                               dict, str]:
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(SCENARIO % limit)
+    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
+    try:
+        r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(sc), "--results",
+                            str(tmp_path / "results")], capture_output=True, text=True,
+                           timeout=180, cwd=REPO, env={**os.environ, "COLUMNS": "200"})
+    finally:
+        for p in procs:
+            p.kill()
+    run_dir = next((tmp_path / "results").iterdir())
+    return r, json.loads((run_dir / "summary.json").read_text()), \
+        (run_dir / "report.md").read_text()
+
+
+@pytest.mark.bmv2
+def test_a_run_on_saturated_cores_is_flagged_everywhere(tmp_path: Path) -> None:
+    """Two busy loops saturate both cores for the whole run; with a 0.3 s limit the guard must
+    flag it in summary.json, in what `testbed run` prints, and at the top of report.md."""
+    r, summary, report = _testbed_run(tmp_path, "0.3", hogs=os.cpu_count() or 2)
+    assert r.returncode == 0, r.stderr[-2000:]
+    fid = summary["fidelity"]
+    assert fid["ok"] is False, fid
+    assert any("every CPU core was busy" in x for x in fid["reasons"]), fid
+    assert "FIDELITY NOT OK" in r.stderr and "every CPU core was busy" in r.stderr
+    head = report.splitlines()[:4]
+    assert any("FIDELITY NOT OK" in ln for ln in head), head
+
+
+@pytest.mark.bmv2
+def test_a_light_run_on_an_idle_machine_is_faithful(tmp_path: Path) -> None:
+    r, summary, report = _testbed_run(tmp_path, "1.0", hogs=0)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert summary["fidelity"]["ok"] is True, summary["fidelity"]["reasons"]
+    assert "FIDELITY OK" in r.stderr and "FIDELITY OK" in report
