@@ -42,9 +42,13 @@ register<bit<32>>(PORT_TC_CELLS) admitted;
  * that occupancy not yet in the kernel (what BMv2 held). Telemetry: the agent reads both. */
 register<bit<32>>(PORT_TC_CELLS) drift;
 register<bit<32>>(PORT_TC_CELLS) held;
-/* Per (egress port, class): the most the phantom stood below the occupancy a resync found,
- * since the agent last read and cleared it (bytes): the fidelity guard's figure. */
+/* Per (egress port, class): the most that what the PFC decisions work from (the phantom plus
+ * the input buffer's unseen bytes) stood below the occupancy a resync found, since the agent
+ * last read and cleared it (bytes): the fidelity guard's figure. */
 register<bit<32>>(PORT_TC_CELLS) below_max;
+/* Per (egress port, class): the largest occupancy a resync found since the agent last read and
+ * cleared it (bytes): compared with the configured buffer, whether the queue went past it. */
+register<bit<32>>(PORT_TC_CELLS) occupancy_max;
 /* The longest a data packet spent inside BMv2 (input buffer, ingress, egress queue) since the
  * agent last read and cleared it, in us: the switch's own part of the PFC reaction time. */
 register<bit<32>>(1) bmv2_lag_max;
@@ -197,11 +201,18 @@ control RoceLossless(inout headers_t hdr,
                     }
                     drift.write(idx, meta.q - level);
                     held.write(idx, level - hdr.tick.backlog);
-                    if (level > meta.q) {
+                    bit<32> peak;
+                    occupancy_max.read(peak, idx);
+                    if (level > peak) {
+                        occupancy_max.write(idx, level);
+                    }
+                    /* what the PFC decisions work from fell short of the occupancy */
+                    bit<32> seen = meta.q + meta.unseen;
+                    if (level > seen) {
                         bit<32> worst;
                         below_max.read(worst, idx);
-                        if (level - meta.q > worst) {
-                            below_max.write(idx, level - meta.q);
+                        if (level - seen > worst) {
+                            below_max.write(idx, level - seen);
                         }
                     }
                 }

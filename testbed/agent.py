@@ -29,6 +29,7 @@ import csv
 import ctypes
 import heapq
 import json
+import os
 import select
 import signal
 import socket
@@ -72,12 +73,16 @@ TELEMETRY_COLUMNS = [
     ("pfc_rx", "PFC frames received for this class so far"),
     ("paused_s", "seconds paused so far"),
     ("phantom_drift_bytes", "lossless classes: the P4 phantom queue, drained since the last "
-                            "resync, minus the occupancy the resync found (admitted minus what "
-                            "the kernel let go of); negative: the phantom had fallen below it"),
+                            "resync, minus the occupancy the resync found (bytes admitted "
+                            "minus what the kernel let go of); negative: the phantom had "
+                            "fallen below it"),
     ("held_bytes", "lossless classes, at the last resync: bytes the program had admitted that "
                    "were not yet in the kernel queue (held inside BMv2)"),
-    ("phantom_below_max_bytes", "lossless classes: the most the phantom stood below the "
-                                "occupancy a resync found, since the previous sample"),
+    ("phantom_below_max_bytes", "lossless classes: the most the program's occupancy (phantom "
+                                "plus BMv2's unseen input) stood below the occupancy a resync "
+                                "found, since the previous sample"),
+    ("occupancy_max_bytes", "lossless classes: the largest occupancy (kernel backlog plus what "
+                            "BMv2 held) a resync found since the previous sample"),
     ("bmv2_lag_max_us", "the switch: the longest a lossless data packet spent inside BMv2 "
                         "(arrival to egress) since the previous sample"),
 ]
@@ -118,6 +123,7 @@ class AgentConfig:
     #: The fabric's clock origin (CLOCK_MONOTONIC, shared by every process on the machine), so
     #: that every agent's t_s, the scenario's timeline and the counter samples line up.
     t0_monotonic: float | None = None
+    nice: int = 0  # scheduling priority (config agent.nice), set before anything starts
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:
@@ -446,7 +452,7 @@ class SwitchAgent:
             self._thrift = Standard.Client(proto)
         return self._thrift
 
-    def _registers(self) -> tuple[dict[int, tuple[int, int, int]], int | None]:
+    def _registers(self) -> tuple[dict[int, tuple[int, int, int, int]], int | None]:
         """The P4 program's view at the last resync of each lossless queue (drift, held: see
         the registers in p4/lossless.p4) and BMv2's longest hold of a packet since the last
         call (read and cleared), over Thrift one cell at a time (the whole 4096-cell array
@@ -464,8 +470,11 @@ class SwitchAgent:
                     below = bm.bm_register_read(0, "below_max", cell)
                     if below:
                         bm.bm_register_write(0, "below_max", cell, 0)
+                    peak = bm.bm_register_read(0, "occupancy_max", cell)
+                    if peak:
+                        bm.bm_register_write(0, "occupancy_max", cell, 0)
                     out[cell] = (d - (1 << 32) if d >= 1 << 31 else d,
-                                 held - (1 << 32) if held >= 1 << 31 else held, below)
+                                 held - (1 << 32) if held >= 1 << 31 else held, below, peak)
             lag = bm.bm_register_read(0, "bmv2_lag_max", 0)
             bm.bm_register_write(0, "bmv2_lag_max", 0, 0)
             return out, lag
@@ -504,11 +513,11 @@ class SwitchAgent:
                     continue
                 ps = pr.pause[tc]
                 paused_s = ps.total + (now - ps.since if ps.until else 0.0)
-                d, held, below = regs.get(n * NUM_TCS + tc, ("", "", ""))
+                d, held, below, peak = regs.get(n * NUM_TCS + tc, ("", "", "", ""))
                 self._tel_w.writerow([t, self.cfg.switch, n, tc, st.backlog_bytes,
                                       st.backlog_packets, st.drops, st.sent_bytes,
                                       st.sent_packets, int(bool(ps.until)), ps.frames,
-                                      f"{paused_s:.4f}", d, held, below,
+                                      f"{paused_s:.4f}", d, held, below, peak,
                                       "" if lag is None else lag])
         self._tel.flush()
 
@@ -593,7 +602,10 @@ def main() -> None:
     if len(sys.argv) != 2:
         print("usage: python -m testbed.agent CONFIG.json", file=sys.stderr)
         sys.exit(2)
-    agent = SwitchAgent(AgentConfig.load(sys.argv[1]))
+    cfg = AgentConfig.load(sys.argv[1])
+    if cfg.nice:  # before the tc batch process starts, so that it inherits the priority
+        os.setpriority(os.PRIO_PROCESS, 0, cfg.nice)
+    agent = SwitchAgent(cfg)
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
     try:
         agent.run()
@@ -607,7 +619,8 @@ def main() -> None:
 def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tick_period_s: float,
                  sample_period_s: float, out_dir: Path, max_frame: int,
                  watchdog=None, state_file: Path | None = None,
-                 thrift_port: int | None = None, t0_monotonic: float | None = None) -> dict:
+                 thrift_port: int | None = None, t0_monotonic: float | None = None,
+                 nice: int = 0) -> dict:
     wd = None
     if watchdog is not None:
         wd = watchdog.model_dump()
@@ -619,7 +632,7 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
         default_tc=qos.default_tc, lossless=list(qos.pfc_enable), tick_ifname=tick_ifname,
         tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
         max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None,
-        thrift_port=thrift_port, t0_monotonic=t0_monotonic))
+        thrift_port=thrift_port, t0_monotonic=t0_monotonic, nice=nice))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ class Sample:
     drift_bytes: int | None = None  # lossless classes: phantom - occupancy at the last resync
     held_bytes: int | None = None  # lossless classes: of that occupancy, not yet in the kernel
     below_max_bytes: int | None = None  # lossless: worst phantom shortfall since last sample
+    occupancy_max_bytes: int | None = None  # lossless: largest occupancy a resync found
     bmv2_lag_max_us: int | None = None  # the switch: longest hold of a lossless packet
 
 
@@ -88,7 +89,8 @@ def load_telemetry(run_dir: Path) -> dict[QueueId, list[Sample]]:
                     int(r["sent_packets"]), r["paused"] == "1", int(r["pfc_rx"]),
                     int(r["drops"]), int(r["sent_bytes"]), float(r["paused_s"]),
                     _int(r.get("phantom_drift_bytes")), _int(r.get("held_bytes")),
-                    _int(r.get("phantom_below_max_bytes")), _int(r.get("bmv2_lag_max_us"))))
+                    _int(r.get("phantom_below_max_bytes")),
+                    _int(r.get("occupancy_max_bytes")), _int(r.get("bmv2_lag_max_us"))))
     return out
 
 
@@ -235,10 +237,14 @@ def telemetry_summary(run_dir: Path) -> dict:
 
 
 def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
-                     hidden_loss: int | None = None) -> Figures:
+                     hidden_loss: int | None = None,
+                     buffers: dict[QueueId, int] | None = None) -> Figures:
     """The figures the fidelity guard judges, from a results folder's telemetry (and the
-    hidden loss, which only the switches' counters tell)."""
+    hidden loss, which only the switches' counters tell). ``buffers``: each lossless queue's
+    configured buffer, to say how far past it a queue went."""
     series = load_telemetry(run_dir)
+    over = [s.occupancy_max_bytes - buffers[q] for q, ss in series.items()
+            if buffers and q in buffers for s in ss if s.occupancy_max_bytes is not None]
     mine = [s for q, ss in series.items() if q[2] in lossless for s in ss]
     last = [ss[-1] for q, ss in series.items() if q[2] in lossless and ss]
     below = [s.below_max_bytes for s in mine if s.below_max_bytes is not None]
@@ -256,6 +262,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
         lossless_drops=sum(s.drops for s in last) if last else None,
         hidden_loss=hidden_loss,
         phantom_below_bytes=max(below) if below else None,
+        buffer_exceeded_bytes=max(max(over), 0) if over else None,
         bmv2_lag_us=max(lag) if lag else None,
         agent_reaction_us=max(reactions) if reactions else None,
         cpu_saturated_s=cpu)

@@ -44,6 +44,7 @@ class Bmv2Options:
     priority_queues: int = 8
     log: bool = False
     log_max_bytes: int = 20 * 1024 * 1024
+    nice: int = 0  # scheduling priority, inherited by every thread of the switch
     extra: Sequence[str] = field(default_factory=tuple)
 
     @property
@@ -51,7 +52,9 @@ class Bmv2Options:
         return f"unix://{self.grpc_socket}"
 
     def command(self, binary: str = BINARY) -> list[str]:
-        cmd = [binary, "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port)]
+        cmd = ["nice", "-n", str(self.nice)] if self.nice else []
+        cmd += [binary, "--device-id", str(self.device_id), "--thrift-port",
+                str(self.thrift_port)]
         for port, intf in sorted(self.ports.items()):
             cmd += ["-i", f"{port}@{intf}"]
         if self.log:

@@ -164,6 +164,11 @@ class SwitchConfig(_Strict):
             "switch buffer, so they are deep enough never to drop (BMv2's default is 64)."
         ),
     )
+    nice: int = Field(
+        -5, ge=-20, le=19, description="Scheduling priority of each BMv2 process (nice). A "
+        "real switch's pipeline runs at line rate whatever its hosts do; here it shares the "
+        "cores with the hosts' endpoints, so it runs ahead of them: when the cores saturate, "
+        "the hosts slow down rather than the switches falling behind.")
 
 
 class EcnProfile(_Strict):
@@ -209,6 +214,13 @@ class PfcConfig(_Strict):
         "BMv2 making and forwarding the frame and the agent's gate change (measured here: "
         "0.3 ms mean, 1.5 ms max, under a 4:1 incast), plus BMv2's own queueing on two busy "
         "cores. Real NICs and switches react in about a microsecond.")
+    emulation_slack_ms: float = Field(
+        100.0, ge=0, le=10_000, description="Room beyond a lossless queue's buffer (xoff + "
+        "headroom per ingress port), per ingress port, for what the emulation itself delays: "
+        "on saturated cores BMv2 can hold packets and an agent can close a gate tens of ms "
+        "late, and the upstream keeps sending meanwhile. A real switch has no counterpart (it "
+        "reacts in a microsecond), so bytes that use this room are not dropped as a headroom "
+        "overflow would be: the run's fidelity check says how far past the buffer a queue went.")
 
 
 class QosConfig(_Strict):
@@ -301,6 +313,10 @@ class AgentConfig(_Strict):
         "phantom from the kernel and lets the data plane send XON or refresh XOFF.")
     sample_period_ms: float = Field(
         100.0, ge=10, le=10_000, description="Telemetry sampling period.")
+    nice: int = Field(
+        -10, ge=-20, le=19, description="Scheduling priority of each switch agent (nice). The "
+        "agent is the switch's MAC for PFC (it closes the gates): first to run, so that its "
+        "reaction stays within qos.pfc.reaction_ms when the cores are saturated.")
     pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)
 
 

@@ -9,6 +9,10 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   a real switch allows is a headroom overflow, which the buffer sizing here is meant to rule out.
 * ``hidden_loss``: frames a switch's veth received that the P4 program never saw (BMv2 lost
   them in front of its pipeline: arrivals faster than it serves them).
+* ``buffer_exceeded``: how far a lossless queue's occupancy (its kernel backlog plus what BMv2
+  held for it) went past its configured buffer. Past it, a real switch with this headroom
+  would have dropped; the emulation keeps a slack beyond it (``qos.pfc.emulation_slack_ms``)
+  so that its own delays do not read as a protocol result, and says so here.
 * ``phantom_below``: how far the program's phantom queue stood below the switch's real
   occupancy at a resync. Whatever it hides, XOFF comes late by as much, and it is taken out of
   the headroom; beyond the headroom a drop is possible.
@@ -36,6 +40,7 @@ class Figures:
     lossless_drops: int | None = None
     hidden_loss: int | None = None
     phantom_below_bytes: int | None = None  # largest (occupancy - phantom) seen at a resync
+    buffer_exceeded_bytes: int | None = None  # largest occupancy beyond a configured buffer
     bmv2_lag_us: int | None = None
     agent_reaction_us: int | None = None
     cpu_saturated_s: float | None = None
@@ -75,6 +80,10 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
         "{v} frames lost in front of BMv2 (a veth received them, the P4 program never saw "
         "them): the switches could not keep up with the offered packets")
     if fig.pfc_enabled:
+        add("buffer_exceeded", fig.buffer_exceeded_bytes, 0,
+            "a lossless queue held {v} bytes beyond its buffer (xoff + headroom per ingress "
+            "port): a real switch with this headroom would have dropped them; the emulation's "
+            "slack (qos.pfc.emulation_slack_ms) absorbed what its own delays let in")
         add("phantom_below", fig.phantom_below_bytes, budget.headroom_bytes,
             "the P4 phantom queue stood {v} bytes below the real occupancy, more than the "
             "{lim}-byte headroom covers")

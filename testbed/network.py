@@ -192,6 +192,7 @@ class Fabric:
             thrift_port=self.cfg.switch.thrift_port,
             log=self.cfg.switch.log,
             log_max_bytes=self.cfg.switch.log_max_mb * 1024 * 1024,
+            nice=self.cfg.switch.nice,
         )
 
     def _build(self) -> None:
@@ -232,13 +233,24 @@ class Fabric:
             net.get(sw.name).prepare(topo.mtu, self.port_specs(sw.name),
                                      self.runtime_dir / f"{sw.name}.tc")
 
+    def queue_profiles(self, sw_name: str, rate_mbps: float) -> dict:
+        """A port's eight queue profiles on this switch: every other port may feed it."""
+        fan_in = max(len(self.topo.switch(sw_name).ports) - 1, 1)
+        return queue_profiles(self.cfg.qos, rate_mbps, fan_in=fan_in)
+
+    def lossless_buffers(self) -> dict[tuple[str, int, int], int]:
+        """(switch, port, class) -> the configured buffer of every lossless queue (what a real
+        switch with this headroom holds; the kernel limit adds the emulation's slack)."""
+        return {(sw.name, p.number, tc): prof.buffer_bytes for sw in self.topo.switches
+                for p in sw.ports.values()
+                for tc, prof in self.queue_profiles(sw.name, p.rate_mbps).items() if prof.pfc}
+
     def port_specs(self, sw_name: str) -> list[PortSpec]:
         sw = self.topo.switch(sw_name)
         q = self.cfg.qos
         return [PortSpec(intf_name(sw.name, p.number), p.rate_mbps,
-                         tuple(prof.buffer_bytes for prof in
-                               queue_profiles(q, p.rate_mbps,
-                                              fan_in=max(len(sw.ports) - 1, 1)).values()),
+                         tuple(prof.kernel_limit for prof in
+                               self.queue_profiles(sw_name, p.rate_mbps).values()),
                          tuple(q.dscp_to_tc_map.items()), q.default_tc, self.topo.mtu + 14)
                 for p in sw.ports.values()]
 
@@ -257,7 +269,7 @@ class Fabric:
                                 a.tick_period_ms / 1000, a.sample_period_ms / 1000, out,
                                 self.topo.mtu + 14, a.pfc_watchdog,
                                 self.runtime_dir / f"{sw.name}.pfcwd.json",
-                                self.cfg.switch.thrift_port, self.t0)
+                                self.cfg.switch.thrift_port, self.t0, a.nice)
             path = self.runtime_dir / f"{sw.name}.agent.json"
             path.write_text(json.dumps(conf))
             with open(out / f"{sw.name}.agent.log", "w") as log:
@@ -454,7 +466,8 @@ class Fabric:
         try:
             summary = telemetry_summary(self.results_dir)
             figs = fidelity_figures(self.results_dir, list(self.cfg.qos.pfc_enable),
-                                    self.cfg.fidelity.cpu_busy_pct, self.hidden_loss)
+                                    self.cfg.fidelity.cpu_busy_pct, self.hidden_loss,
+                                    self.lossless_buffers())
             summary["fidelity"] = assess(figs, self.fidelity_budgets())
             out.write_text(json.dumps(summary, indent=2))
         except (OSError, ValueError, KeyError) as exc:  # a half-written CSV of a killed agent

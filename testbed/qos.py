@@ -29,6 +29,7 @@ class QueueProfile:
     headroom: int
     pause_quanta: int
     refresh_us: int
+    kernel_limit: int  # the kernel queue's byte limit: the buffer, plus the emulation's slack
 
     @property
     def pmax_slope(self) -> int:
@@ -72,11 +73,13 @@ def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int = ROCE_FRAME_BYT
         # A lossless class holds XOFF plus headroom and no more: a drop there means the
         # headroom was too small, which is what a real switch would show too.
         buffer = xoff + headroom * fan_in if lossless else qos.buffer_bytes
+        slack = int(rate_mbps / 8 * qos.pfc.emulation_slack_ms * 1000) * fan_in if lossless \
+            else 0
         out[tc] = QueueProfile(
             tc=tc, buffer_bytes=buffer, ecn=e is not None, kmin=e.kmin_bytes if e else 0,
             kmax=kmax, pmax=e.pmax if e else 0.0, pfc=lossless, xoff=xoff, xon=xon,
             headroom=headroom, pause_quanta=qos.pfc.pause_quanta,
-            refresh_us=int(pause_us * qos.pfc.refresh_fraction))
+            refresh_us=int(pause_us * qos.pfc.refresh_fraction), kernel_limit=buffer + slack)
     return out
 
 

@@ -20,14 +20,16 @@ from testbed.fidelity import Budgets, Figures, assess, lines, longest_run
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, cpu_saturated_s=1.0)
 GOOD = Figures(pfc_enabled=True, lossless_drops=0, hidden_loss=0, phantom_below_bytes=3000,
-               bmv2_lag_us=5000, agent_reaction_us=900, cpu_saturated_s=0.2)
+               buffer_exceeded_bytes=0, bmv2_lag_us=5000, agent_reaction_us=900,
+               cpu_saturated_s=0.2)
 
 
 def test_a_faithful_run_passes_every_check() -> None:
     v = assess(GOOD, BUDGET)
     assert v["ok"] and v["reasons"] == []
-    assert {c["name"] for c in v["checks"]} == {"lossless_drops", "hidden_loss", "phantom_below",
-                                                "bmv2_lag", "agent_reaction", "cpu_saturated"}
+    assert {c["name"] for c in v["checks"]} == {
+        "lossless_drops", "hidden_loss", "buffer_exceeded", "phantom_below", "bmv2_lag",
+        "agent_reaction", "cpu_saturated"}
     assert lines(v)[0].startswith("FIDELITY OK")
 
 
@@ -35,6 +37,7 @@ def test_a_faithful_run_passes_every_check() -> None:
     ("lossless_drops", 3, "3 packets dropped in a lossless class"),
     ("hidden_loss", 12, "12 frames lost in front of BMv2"),
     ("phantom_below_bytes", 40_001, "40001 bytes below the real occupancy"),
+    ("buffer_exceeded_bytes", 5000, "held 5000 bytes beyond its buffer"),
     ("bmv2_lag_us", 25_000, "BMv2 held a lossless packet 25000 us"),
     ("agent_reaction_us", 20_001, "took 20001 us to apply a PFC pause"),
     ("cpu_saturated_s", 1.5, "busy for 1.5 s at a stretch"),
@@ -85,9 +88,9 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
     base = {"switch": "leaf1", "port": 1, "paused": 0, "pfc_rx": 0, "paused_s": "0.0"}
     _write(tel / "leaf1.telemetry.csv", TELEMETRY_COLUMNS, [
         {**base, "t_s": 1.0, "tc": 3, "drops": 0, "phantom_below_max_bytes": 700,
-         "bmv2_lag_max_us": 3000},
+         "occupancy_max_bytes": 150_000, "bmv2_lag_max_us": 3000},
         {**base, "t_s": 1.1, "tc": 3, "drops": 2, "phantom_below_max_bytes": 4200,
-         "bmv2_lag_max_us": 9000},
+         "occupancy_max_bytes": 90_000, "bmv2_lag_max_us": 9000},
         {**base, "t_s": 1.1, "tc": 0, "drops": 50, "phantom_below_max_bytes": "",
          "bmv2_lag_max_us": 9000},
     ])
@@ -97,10 +100,11 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
         "1.3,leaf1,1,3,pause,65535,1200,\n")
     _write(tel / "cpu.csv", CPU_COLUMNS, [{"t_s": t / 10, "busy_pct": 99, "mean_pct": 99}
                                          for t in range(5)])
-    f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0)
+    f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0,
+                         buffers={("leaf1", 1, 3): 140_000})
     assert f == Figures(pfc_enabled=True, lossless_drops=2, hidden_loss=0,
-                        phantom_below_bytes=4200, bmv2_lag_us=9000, agent_reaction_us=1200,
-                        cpu_saturated_s=0.4)
+                        phantom_below_bytes=4200, buffer_exceeded_bytes=10_000, bmv2_lag_us=9000,
+                        agent_reaction_us=1200, cpu_saturated_s=0.4)
 
 
 SCENARIO = """
