@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
+import functools
 import heapq
 import json
 import select
@@ -152,6 +153,15 @@ class PortRuntime:
     wd: list[WatchdogState] = field(default_factory=lambda: [WatchdogState() for _ in range(8)])
 
 
+@functools.cache
+def default_wd_action() -> str:
+    """The watchdog action of a config that names none: the config model's default, the one
+    definition (imported only then: the agent otherwise starts without pydantic)."""
+    from testbed.config import PfcWatchdogConfig
+
+    return PfcWatchdogConfig.model_fields["action"].default
+
+
 def tick_frame(src_mac: str, port: int, tc: int, backlog: int) -> bytes:
     dst = b"\x02\x00\x00\x00\x00\xff"
     src = bytes.fromhex(src_mac.replace(":", ""))
@@ -268,7 +278,8 @@ class SwitchAgent:
     # -- PFC watchdog -------------------------------------------------------------------
     @property
     def wd_action(self) -> str:
-        return (self.cfg.watchdog or {}).get("action", "alert")
+        action = (self.cfg.watchdog or {}).get("action")
+        return action if action is not None else default_wd_action()
 
     def _wd_ports(self) -> list[int]:
         w = self.cfg.watchdog or {}

@@ -36,9 +36,9 @@ from testbed.control import (
     routing_entries,
 )
 from testbed.ports import PortSpec, scheduler_commands
-from testbed.qos import queue_profiles
+from testbed.qos import endpoint_args, max_frame_bytes, queue_profiles
 from testbed.state import RunState, runtime_dir_for
-from testbed.topology import Topology, compute_routes, intf_name
+from testbed.topology import Topology, compute_routes, intf_name, link_ends
 
 Progress = Callable[[str], None]
 
@@ -234,9 +234,10 @@ class Fabric:
         q = self.cfg.qos
         return [PortSpec(intf_name(sw.name, p.number), p.rate_mbps,
                          tuple(prof.buffer_bytes for prof in
-                               queue_profiles(q, p.rate_mbps,
-                                              fan_in=max(len(sw.ports) - 1, 1)).values()),
-                         tuple(q.dscp_to_tc_map.items()), q.default_tc, self.topo.mtu + 14)
+                               queue_profiles(q, p.rate_mbps, fan_in=max(len(sw.ports) - 1, 1),
+                                              mtu=self.topo.mtu).values()),
+                         tuple(q.dscp_to_tc_map.items()), q.default_tc,
+                         max_frame_bytes(self.topo.mtu))
                 for p in sw.ports.values()]
 
     def start_agents(self) -> None:
@@ -252,7 +253,7 @@ class Fabric:
                                                 strict=True)]
             conf = agent_config(sw.name, ports, self.cfg.qos, tick_intfs(sw.name)[1],
                                 a.tick_period_ms / 1000, a.sample_period_ms / 1000, out,
-                                self.topo.mtu + 14, a.pfc_watchdog,
+                                max_frame_bytes(self.topo.mtu), a.pfc_watchdog,
                                 self.runtime_dir / f"{sw.name}.pfcwd.json",
                                 self.cfg.switch.thrift_port, self.t0)
             path = self.runtime_dir / f"{sw.name}.agent.json"
@@ -334,15 +335,13 @@ class Fabric:
     def endpoint_socket(self, host: str) -> Path:
         return self.runtime_dir / f"{host}.ep"
 
-    def set_link(self, a: str, b: str, up: bool) -> list[str]:
-        """A link between two switches fails or comes back: every switch's routing converges
-        to the fabric without the failed links (see compute_routes). The veths stay up, since
-        taking a veth down under BMv2 stops the switch receiving on every port. Returns the
-        switches whose routes changed."""
-        ends = {end for ln in self.topo.links if {ln.a, ln.b} == {a, b}
-                for end in ((ln.a, ln.a_port), (ln.b, ln.b_port))}
-        if not ends:
-            raise ValueError(f"there is no link {a}-{b}")
+    def set_link(self, a: str, b: str, up: bool, index: int | None = None) -> list[str]:
+        """Links between two switches fail or come back (all parallel links of the pair, or
+        the ``index``-th, 1-based): every switch's routing converges to the fabric without the
+        failed links (see compute_routes). The veths stay up, since taking a veth down under
+        BMv2 stops the switch receiving on every port. Returns the switches whose routes
+        changed."""
+        ends = link_ends(self.topo, a, b, index)
         self.down_links = (self.down_links - ends) if up else (self.down_links | ends)
         builder = next(iter(self.sessions.values())).builder
         changed = []
@@ -365,7 +364,8 @@ class Fabric:
             cmd = [sys.executable, "-m", "traffic.endpoint", "--intf", intf_name(h.name, 0),
                    "--mac", h.mac, "--ip", h.ip, "--next-hop-mac", h.gateway_mac,
                    "--line-rate-mbps", str(h.rate_mbps), "--control", str(sock),
-                   "--out", str(out / h.name), "--t0", repr(self.t0), *(extra_args or [])]
+                   "--out", str(out / h.name), "--t0", repr(self.t0), *endpoint_args(self.cfg),
+                   *(extra_args or [])]
             with open(out / f"{h.name}.log", "w") as log:
                 p = self.net.get(h.name).popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             self._endpoint_procs.append(p)
