@@ -4,6 +4,7 @@ switches' classifier, the kernel ports, the hosts, the agents), with no copy of 
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -124,6 +125,7 @@ def test_fabric_starts_each_endpoint_with_the_fabric_settings(tmp_path: Path) ->
     finally:
         for s in listeners:
             s.close()
+        shutil.rmtree(run, ignore_errors=True)
     assert set(got) == {"10.0.1.1", "10.0.2.1"}
     for ep_cfg in got.values():
         assert ep_cfg.tc_to_dscp == {0: 0, 3: 24, 6: 48}
