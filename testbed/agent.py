@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
+import functools
 import heapq
 import json
 import os
@@ -166,6 +167,15 @@ class PortRuntime:
     wd: list[WatchdogState] = field(default_factory=lambda: [WatchdogState() for _ in range(8)])
 
 
+@functools.cache
+def default_wd_action() -> str:
+    """The watchdog action of a config that names none: the config model's default, the one
+    definition (imported only then: the agent otherwise starts without pydantic)."""
+    from testbed.config import PfcWatchdogConfig
+
+    return PfcWatchdogConfig.model_fields["action"].default
+
+
 def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
                released: int | None = None) -> bytes:
     """The agent's tick for (port, class): the kernel's backlog, and the bytes the kernel has
@@ -298,7 +308,8 @@ class SwitchAgent:
     # -- PFC watchdog -------------------------------------------------------------------
     @property
     def wd_action(self) -> str:
-        return (self.cfg.watchdog or {}).get("action", "alert")
+        action = (self.cfg.watchdog or {}).get("action")
+        return action if action is not None else default_wd_action()
 
     def _wd_ports(self) -> list[int]:
         w = self.cfg.watchdog or {}

@@ -13,16 +13,30 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from testbed.config import ConfigError, FabricConfig, load_config, parse_config
+from testbed.config import ConfigError, FabricConfig
+from testbed.validate import load_config, parse_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="roce-testbed: an emulated lossless-Ethernet (RoCEv2) lab.")
 console = Console(stderr=True, soft_wrap=True)
 
 
+def _say(*parts: str | tuple[str, str]) -> None:
+    """Print user-facing text literally: plain strings, or (text, style) pairs for colour.
+
+    Rich would read square brackets in a message as markup and drop them: a name's pattern
+    ``^[a-z][a-z0-9-]{0,23}$`` printed as ``^{0,23}$``. Text.assemble never parses markup."""
+    console.print(Text.assemble(*parts), highlight=False)
+
+
+def _progress(msg: str) -> None:
+    _say((">", "cyan"), " ", msg)
+
+
 def _fail(msg: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {msg}", highlight=False)
+    _say(("error:", "red"), " ", msg)
     raise typer.Exit(code)
 
 
@@ -98,7 +112,7 @@ def up(
     topo = build_topology(cfg)
     run_dir = results / f"{cfg.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    fabric = Fabric(cfg, topo, run_dir, progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
+    fabric = Fabric(cfg, topo, run_dir, progress=_progress)
     status = 0
     t0 = time.monotonic()
     try:
@@ -106,14 +120,13 @@ def up(
             fabric.start()
         except (SwitchStartError, ControlPlaneError, FabricError) as exc:
             _fail(str(exc), 1)
-        console.print(
-            f"[green]fabric up[/green]: {len(topo.spines)} spines, {len(topo.leaves)} leaves, "
-            f"{len(topo.hosts)} hosts in {time.monotonic() - t0:.2f} s; results in {run_dir}")
+        _say(("fabric up", "green"),
+             f": {len(topo.spines)} spines, {len(topo.leaves)} leaves, {len(topo.hosts)} hosts "
+             f"in {time.monotonic() - t0:.2f} s; results in {run_dir}")
         if endpoints:
             fabric.start_endpoints()
-            console.print(
-                f"RoCE endpoints running; from the Mininet CLI, e.g.: h1 {sys.executable} -m "
-                f"traffic.client {fabric.endpoint_socket('h1')} stats")
+            _say(f"RoCE endpoints running; from the Mininet CLI, e.g.: h1 {sys.executable} -m "
+                 f"traffic.client {fabric.endpoint_socket('h1')} stats")
         if pingall:
             ok, sent = fabric.pingall()
             loss = 100.0 * (sent - ok) / sent if sent else 0.0
@@ -129,12 +142,12 @@ def up(
             body, _, rc = out.rpartition("__rc=")
             sys.stdout.write(body)
             rc_val = int(rc.strip() or 1)
-            console.print(f"{node_name}$ {command} -> exit {rc_val}")
+            _say(f"{node_name}$ {command} -> exit {rc_val}")
             status = status or rc_val
         if not pingall and not exec_:
             from testbed.mncli import TestbedCLI
 
-            console.print("Mininet CLI; testbed commands: pfcwd [SWITCH], ports SWITCH")
+            _say("Mininet CLI; testbed commands: pfcwd [SWITCH], ports SWITCH")
             TestbedCLI(fabric.net, fabric)
     except KeyboardInterrupt:
         console.print("interrupted: tearing the fabric down")
@@ -190,19 +203,19 @@ def run(
     from testbed.network import FabricError
 
     try:
-        res = run_scenario(sc, results, progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
+        res = run_scenario(sc, results, progress=_progress)
     except (SwitchStartError, ControlPlaneError, FabricError) as exc:
         _fail(str(exc), 1)
     except KeyboardInterrupt:
         console.print("interrupted: the fabric was torn down; partial results were kept")
         raise typer.Exit(130) from None
     s = res.summary
-    console.print(f"[green]done[/green]: results in {res.results_dir}")
+    _say(("done", "green"), f": results in {res.results_dir}")
     for name, f in s.get("flows", {}).items():
-        console.print(f"  flow {name}: {f['src']} -> {f['dst']}, {f['bytes_received']} bytes")
+        _say(f"  flow {name}: {f['src']} -> {f['dst']}, {f['bytes_received']} bytes")
     for e in s.get("watchdog_events", []):
-        console.print(f"  watchdog: {e['switch']} port {e['port']} class {e['tc']}: "
-                      f"{e['event']} {e.get('detail', '')}")
+        _say(f"  watchdog: {e['switch']} port {e['port']} class {e['tc']}: "
+             f"{e['event']} {e.get('detail', '')}")
     from testbed.report import deadlock_lines
 
     for line in deadlock_lines(s.get("deadlock")):
@@ -217,7 +230,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A results folder.")]) -
 
     if not run_dir.is_dir():
         _fail(f"no results folder at {run_dir}")
-    console.print(f"wrote {make_report(run_dir)}")
+    _say(f"wrote {make_report(run_dir)}")
 
 
 @app.command()
@@ -246,7 +259,7 @@ def doctor() -> None:
         status = "[green]ok[/green]" if c.ok else (
             "[red]missing[/red]" if c.required else "[yellow]optional[/yellow]")
         missing += int(not c.ok and c.required)
-        table.add_row(c.name, status, c.detail, c.fix)
+        table.add_row(Text(c.name), status, Text(c.detail), Text(c.fix))
     Console().print(table)
     raise typer.Exit(1 if missing else 0)
 
@@ -286,19 +299,18 @@ def provision(
               "unreachable": "red", "ignored": "dim"}
 
     def show(task: str, outcome: str) -> None:
-        console.print(f"[{colors[outcome]}]{outcome:>8}[/{colors[outcome]}]  {task}")
+        _say((f"{outcome:>8}", colors[outcome]), f"  {task}")
 
     try:
         res = run_playbook(book, check=check, tags=tags, skip_tags=skip_tags,
                            extravars=extravars, on_task=show)
     except RuntimeError as exc:
         _fail(str(exc), 1)
-    console.print(f"[bold]summary[/bold]: {res.summary()}")
+    _say(("summary", "bold"), f": {res.summary()}")
     if not res.success:
         raise typer.Exit(1)
     if expect_no_changes and res.changed:
-        console.print("[red]not idempotent[/red]: changed tasks: "
-                      + ", ".join(res.changed_tasks))
+        _say(("not idempotent", "red"), ": changed tasks: " + ", ".join(res.changed_tasks))
         raise typer.Exit(1)
 
 
@@ -315,7 +327,7 @@ def image_build(tag: str = "roce-testbed:latest") -> None:
         build(tag, log=lambda s: console.print(s, markup=False, highlight=False))
     except ImageError as exc:
         _fail(str(exc), 1)
-    console.print(f"built {tag}; run it with:\n  {RUN_HINT.format(tag=tag)}")
+    _say(f"built {tag}; run it with:\n  {RUN_HINT.format(tag=tag)}")
 
 
 @image_app.command("run")

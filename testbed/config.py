@@ -5,17 +5,20 @@ needed) in YAML or by CLI flags; both end up in :class:`FabricConfig`. Every rat
 timer is a named field with a default and, in its description, its real-world counterpart, so
 that a user can read the scale of the emulation off the config itself.
 
-Bad input never produces a traceback: :func:`load_config` raises :class:`ConfigError`, which
-carries one line per problem, each naming the field and what is allowed.
+Bad input never produces a traceback: :mod:`testbed.validate` turns a file or data into a
+config or a :class:`ConfigError`, which carries one line per problem, each naming the field and
+what is allowed. The models here check each field and the rules among fields;
+:mod:`testbed.validate` adds the checks that need the derived numbers (:mod:`testbed.qos`) or
+the built topology, so that this module imports neither.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 #: Fields of the packet that ECMP may hash on. The UDP source port is the only per-QP entropy a
 #: RoCEv2 flow carries, so leaving it out is how polarization is shown.
@@ -28,6 +31,13 @@ MAX_LEAVES = 250
 MAX_HOSTS_PER_LEAF = 250
 MAX_SPINES = 64
 MAX_PORTS = 510
+#: Width of the P4 program's paused-ports bitmaps (``paused_by`` in p4/lossless.p4, ``pfc_ports``
+#: in p4/headers.p4): bit n stands for port n. Ports are numbered from 1, so with PFC on a switch
+#: can have ports 1..63 and no more (a shift by 64 is 0 in P4: port 64 could never be paused).
+PFC_PORT_BITMAP_BITS = 64
+MAX_PFC_PORTS = PFC_PORT_BITMAP_BITS - 1
+#: A watchdog port name: switch, colon, port number (e.g. leaf1:3).
+_SWITCH_PORT = re.compile(r"[a-z][a-z0-9]*:[0-9]+")
 
 
 class ConfigError(Exception):
@@ -46,6 +56,18 @@ class ConfigError(Exception):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _refuse(model: str, errors: list[tuple[tuple[str | int, ...], str, Any]]) -> None:
+    """Raise the problems a rule across fields found, each at the field it names.
+
+    A model validator's ValueError is reported at the model itself; a ValidationError raised
+    from it keeps its locations (relative to the model), so the message can name e.g.
+    ``qos.pfc_enable`` rather than ``qos``. ``errors`` holds (location, message, input)."""
+    raise ValidationError.from_exception_data(model, [
+        InitErrorDetails(type=PydanticCustomError("rule", "{msg}", {"msg": msg}), loc=loc,
+                         input=value)
+        for loc, msg, value in errors])
 
 
 class FabricShape(_Strict):
@@ -84,10 +106,19 @@ class FabricShape(_Strict):
         ),
     )
 
+    @property
+    def leaf_ports(self) -> int:
+        """Ports of each leaf (numbered 1..this): its hosts, then its uplinks."""
+        return self.hosts_per_leaf + self.spines * self.parallel_links
+
+    @property
+    def spine_ports(self) -> int:
+        """Ports of each spine (numbered 1..this): one per leaf and parallel link."""
+        return self.leaves * self.parallel_links
+
     @model_validator(mode="after")
     def _ports_fit(self) -> FabricShape:
-        leaf_ports = self.hosts_per_leaf + self.spines * self.parallel_links
-        spine_ports = self.leaves * self.parallel_links
+        leaf_ports, spine_ports = self.leaf_ports, self.spine_ports
         if leaf_ports > MAX_PORTS:
             raise ValueError(
                 f"a leaf would need {leaf_ports} ports (hosts_per_leaf + spines x parallel_links);"
@@ -230,10 +261,16 @@ class QosConfig(_Strict):
         default_factory=lambda: {26: 3, 48: 6},
         description=(
             "DSCP_TO_TC_MAP: DSCP -> traffic class. RoCE data on DSCP 26 -> class 3, CNPs on "
-            "DSCP 48 -> class 6 (NVIDIA/Onyx 'roce lossless' defaults)."
+            "DSCP 48 -> class 6 (NVIDIA/Onyx 'roce lossless' defaults). The hosts mark each "
+            "class with a DSCP this map puts in it (see QosConfig.tc_to_dscp)."
         ),
     )
     default_tc: int = Field(0, ge=0, le=7, description="Class of any DSCP not in the map.")
+    cnp_dscp: int = Field(
+        48, ge=0, le=63, description="DSCP the hosts' NICs mark CNPs with; the map gives its "
+        "class, which must not be lossless. Real counterpart: ConnectX's cnp_dscp "
+        "(/sys/class/net/<if>/ecn/roce_np/cnp_dscp, default 48), which SONiC and NVIDIA's "
+        "'roce lossless' defaults map to class 6.")
     pfc_enable: list[int] = Field(
         default_factory=lambda: [3], description="Lossless classes (SONiC PORT_QOS_MAP "
         "pfc_enable). Empty: a lossy fabric.")
@@ -261,8 +298,6 @@ class QosConfig(_Strict):
         bad = [c for c in v if not 0 <= c <= 7]
         if bad:
             raise ValueError(f"classes {bad} are out of range 0..7")
-        if 6 in v:
-            raise ValueError("class 6 carries CNPs and must never be paused; leave it out")
         return sorted(set(v))
 
     @field_validator("ecn")
@@ -272,6 +307,44 @@ class QosConfig(_Strict):
         if bad:
             raise ValueError(f"classes {bad} are out of range 0..7")
         return v
+
+    @model_validator(mode="after")
+    def _cnps_never_paused(self) -> QosConfig:
+        """A paused CNP would hold back the very signal that slows the senders down."""
+        tc = self.cnp_tc
+        if tc in self.pfc_enable:
+            how = (f"qos.cnp_dscp {self.cnp_dscp} -> class {tc}"
+                   if self.cnp_dscp in self.dscp_to_tc_map else
+                   f"qos.cnp_dscp {self.cnp_dscp} is unmapped, so in default_tc {tc}")
+            _refuse("QosConfig", [(("pfc_enable",), (
+                f"class {tc} carries CNPs ({how}) and must never be paused: leave class {tc} "
+                "out, or map cnp_dscp to a lossy class in qos.dscp_to_tc_map"),
+                self.pfc_enable)])
+        return self
+
+    @property
+    def cnp_tc(self) -> int:
+        """The class CNPs travel in: the map's class of cnp_dscp, else default_tc."""
+        return self.dscp_to_tc_map.get(self.cnp_dscp, self.default_tc)
+
+    def tc_to_dscp(self) -> dict[int, int]:
+        """The DSCP a host marks each class with, for every class some DSCP reaches.
+
+        The switches classify by DSCP (dscp_to_tc_map, anything unmapped to default_tc), so a
+        host must send a class with a DSCP that lands in it. Where several do, the conventional
+        one is taken: 26 for class 3 (RoCE), else the class selector tc << 3 (0, 8, .. 24 for
+        class 3, .. 48, 56), else the lowest. A class no DSCP reaches is left out: it cannot be
+        sent, and a scenario's flow in it is refused.
+        """
+        out = {}
+        for tc in range(8):
+            dscps = {d for d, t in self.dscp_to_tc_map.items() if t == tc}
+            if tc == self.default_tc:
+                dscps |= set(range(64)) - set(self.dscp_to_tc_map)
+            if dscps:
+                preferred = [d for d in ((26, 24) if tc == 3 else (tc << 3,)) if d in dscps]
+                out[tc] = preferred[0] if preferred else min(dscps)
+        return out
 
 
 class PfcWatchdogConfig(_Strict):
@@ -297,6 +370,20 @@ class PfcWatchdogConfig(_Strict):
         "forward: stop honouring PFC; alert: log only.")
     ports: list[str] | Literal["all"] = Field(
         "all", description="'all', or 'switch:port' names such as 'leaf1:3'.")
+
+    @field_validator("ports", mode="before")
+    @classmethod
+    def _port_names(cls, v: object) -> object:
+        """The form only; whether the switch and port exist is checked against the topology."""
+        if v == "all":
+            return v
+        if not isinstance(v, list):
+            raise ValueError("write 'all' or a list of switch:port names, e.g. [leaf1:3, spine1:1]")
+        bad = [x for x in v if not (isinstance(x, str) and _SWITCH_PORT.fullmatch(x))]
+        if bad:
+            raise ValueError(f"{', '.join(repr(x) for x in bad)}: not a switch:port name; write "
+                             "e.g. leaf1:3 or spine1:1 (or ports: all)")
+        return v
 
     @model_validator(mode="after")
     def _poll_below_detection(self) -> PfcWatchdogConfig:
@@ -348,71 +435,25 @@ class FabricConfig(_Strict):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
 
-
-def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The allowed field names at ``loc`` (the parent of an unknown key), for the error text."""
-    current: Any = model
-    for part in loc:
-        field = getattr(current, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        current = field.annotation
-    return sorted(getattr(current, "model_fields", {}).keys())
-
-
-def _explain(model: type[BaseModel], err: ValidationError) -> list[str]:
-    problems = []
-    for e in err.errors():
-        loc = tuple(p for p in e["loc"])
-        where = ".".join(str(p) for p in loc) or "(top level)"
-        if e["type"] == "extra_forbidden":
-            allowed = _field_names(model, loc[:-1])
-            problems.append(
-                f"{where}: unknown field; allowed here: {', '.join(allowed)}"
-                if allowed
-                else f"{where}: unknown field"
-            )
-            continue
-        msg = e["msg"].removeprefix("Value error, ")
-        given = e.get("input")
-        if e["type"] not in ("missing",) and not isinstance(given, dict):
-            msg = f"{msg} (got {given!r})"
-        problems.append(f"{where}: {msg}")
-    return problems
-
-
-def parse_config(data: Any, source: str = "config") -> FabricConfig:
-    """Validate already-loaded data; raise ConfigError with one line per problem."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            [f"the top level must be a mapping of sections (name, fabric, ecmp, switch, qos), "
-             f"not a {type(data).__name__}"],
-            source,
-        )
-    try:
-        cfg = FabricConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(_explain(FabricConfig, err), source) from None
-    from testbed.qos import check_qos  # needs the validated config
-
-    problems = check_qos(cfg)
-    if problems:
-        raise ConfigError(problems, source)
-    return cfg
-
-
-def load_config(path: str | Path) -> FabricConfig:
-    """Read a fabric YAML file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(["no such file; give the path of a fabric YAML file"], str(p))
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError([f"{where}not valid YAML ({problem})"], str(p)) from None
-    return parse_config(data, str(p))
+    @model_validator(mode="after")
+    def _pfc_ports_fit(self) -> FabricConfig:
+        """With PFC on, the P4 program records the ports it paused in a bitmap of
+        PFC_PORT_BITMAP_BITS; a port past it would be paused and never resumed by XON."""
+        if not self.qos.pfc_enable:
+            return self
+        errors = []
+        for role, n, what, fix in (
+                ("leaf", self.fabric.leaf_ports, "hosts_per_leaf + spines x parallel_links",
+                 "hosts per leaf, spines or parallel links"),
+                ("spine", self.fabric.spine_ports, "leaves x parallel_links",
+                 "leaves or parallel links")):
+            if n > MAX_PFC_PORTS:
+                errors.append((("fabric",), (
+                    f"a {role} would have {n} ports ({what}), but with PFC on (qos.pfc_enable "
+                    f"{self.qos.pfc_enable}) a switch has at most {MAX_PFC_PORTS}: the P4 "
+                    f"program keeps the ports it paused in a {PFC_PORT_BITMAP_BITS}-bit map "
+                    f"(paused_by), bit n for port n; use fewer {fix}, or no lossless class "
+                    "(qos.pfc_enable: [])"), self.fabric))
+        if errors:
+            _refuse("FabricConfig", errors)
+        return self

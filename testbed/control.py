@@ -262,7 +262,7 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
                             {"std_meta.egress_port": port.number},
                             b.action(f"{EGRESS}.pfc_egress.set_port_mac",
                                      mac=mac_to_int(port.mac))))
-        for tc, prof in queue_profiles(cfg.qos, port.rate_mbps).items():
+        for tc, prof in queue_profiles(cfg.qos, port.rate_mbps, mtu=cfg.fabric.mtu).items():
             if not (prof.ecn or prof.pfc):
                 continue
             ents.append(b.entry(

@@ -36,9 +36,9 @@ from testbed.control import (
     routing_entries,
 )
 from testbed.ports import PortSpec, scheduler_commands
-from testbed.qos import queue_profiles
+from testbed.qos import endpoint_args, max_frame_bytes, queue_profiles
 from testbed.state import RunState, runtime_dir_for
-from testbed.topology import Topology, compute_routes, intf_name
+from testbed.topology import Topology, compute_routes, intf_name, link_ends
 
 Progress = Callable[[str], None]
 
@@ -236,7 +236,7 @@ class Fabric:
     def queue_profiles(self, sw_name: str, rate_mbps: float) -> dict:
         """A port's eight queue profiles on this switch: every other port may feed it."""
         fan_in = max(len(self.topo.switch(sw_name).ports) - 1, 1)
-        return queue_profiles(self.cfg.qos, rate_mbps, fan_in=fan_in)
+        return queue_profiles(self.cfg.qos, rate_mbps, fan_in=fan_in, mtu=self.topo.mtu)
 
     def lossless_buffers(self) -> dict[tuple[str, int, int], int]:
         """(switch, port, class) -> the configured buffer of every lossless queue (what a real
@@ -251,7 +251,8 @@ class Fabric:
         return [PortSpec(intf_name(sw.name, p.number), p.rate_mbps,
                          tuple(prof.kernel_limit for prof in
                                self.queue_profiles(sw_name, p.rate_mbps).values()),
-                         tuple(q.dscp_to_tc_map.items()), q.default_tc, self.topo.mtu + 14)
+                         tuple(q.dscp_to_tc_map.items()), q.default_tc,
+                         max_frame_bytes(self.topo.mtu))
                 for p in sw.ports.values()]
 
     def start_agents(self) -> None:
@@ -267,7 +268,7 @@ class Fabric:
                                                 strict=True)]
             conf = agent_config(sw.name, ports, self.cfg.qos, tick_intfs(sw.name)[1],
                                 a.tick_period_ms / 1000, a.sample_period_ms / 1000, out,
-                                self.topo.mtu + 14, a.pfc_watchdog,
+                                max_frame_bytes(self.topo.mtu), a.pfc_watchdog,
                                 self.runtime_dir / f"{sw.name}.pfcwd.json",
                                 self.cfg.switch.thrift_port, self.t0, a.nice)
             path = self.runtime_dir / f"{sw.name}.agent.json"
@@ -353,15 +354,13 @@ class Fabric:
     def endpoint_socket(self, host: str) -> Path:
         return self.runtime_dir / f"{host}.ep"
 
-    def set_link(self, a: str, b: str, up: bool) -> list[str]:
-        """A link between two switches fails or comes back: every switch's routing converges
-        to the fabric without the failed links (see compute_routes). The veths stay up, since
-        taking a veth down under BMv2 stops the switch receiving on every port. Returns the
-        switches whose routes changed."""
-        ends = {end for ln in self.topo.links if {ln.a, ln.b} == {a, b}
-                for end in ((ln.a, ln.a_port), (ln.b, ln.b_port))}
-        if not ends:
-            raise ValueError(f"there is no link {a}-{b}")
+    def set_link(self, a: str, b: str, up: bool, index: int | None = None) -> list[str]:
+        """Links between two switches fail or come back (all parallel links of the pair, or
+        the ``index``-th, 1-based): every switch's routing converges to the fabric without the
+        failed links (see compute_routes). The veths stay up, since taking a veth down under
+        BMv2 stops the switch receiving on every port. Returns the switches whose routes
+        changed."""
+        ends = link_ends(self.topo, a, b, index)
         self.down_links = (self.down_links - ends) if up else (self.down_links | ends)
         builder = next(iter(self.sessions.values())).builder
         changed = []
@@ -384,7 +383,8 @@ class Fabric:
             cmd = [sys.executable, "-m", "traffic.endpoint", "--intf", intf_name(h.name, 0),
                    "--mac", h.mac, "--ip", h.ip, "--next-hop-mac", h.gateway_mac,
                    "--line-rate-mbps", str(h.rate_mbps), "--control", str(sock),
-                   "--out", str(out / h.name), "--t0", repr(self.t0), *(extra_args or [])]
+                   "--out", str(out / h.name), "--t0", repr(self.t0), *endpoint_args(self.cfg),
+                   *(extra_args or [])]
             with open(out / f"{h.name}.log", "w") as log:
                 p = self.net.get(h.name).popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             self._endpoint_procs.append(p)
@@ -451,7 +451,8 @@ class Fabric:
 
         q = self.cfg.qos
         rates = {self.cfg.fabric.host_link_mbps, self.cfg.fabric.fabric_link_mbps}
-        headroom = min((queue_profiles(q, r)[tc].headroom for r in rates for tc in q.pfc_enable),
+        headroom = min((queue_profiles(q, r, mtu=self.topo.mtu)[tc].headroom for r in rates
+                        for tc in q.pfc_enable),
                        default=0)
         return Budgets(headroom_bytes=headroom, reaction_us=int(q.pfc.reaction_ms * 1000),
                        cpu_saturated_s=self.cfg.fidelity.cpu_saturated_s)

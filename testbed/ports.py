@@ -33,6 +33,8 @@ ETH_P_KICK = 0x88B7
 KICK_DELAY_S = 0.002
 OPEN_RATE_BPS = 1_000_000_000  # 1 Gbit/s: far above any emulated link, never the bottleneck
 CLOSED_RATE_BPS = 1_000  # 1 kbit/s (8 bit/s overflows tbf's burst field with jumbo frames)
+#: No htb or tbf burst is smaller than this, whatever the MTU (testbed.qos counts it as leak).
+MIN_BURST_BYTES = 1600
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
     dev = spec.ifname
     rate = spec.rate_bps
     guaranteed = max(rate // 100, 8000)  # each class's own share; the rest is borrowed by prio
-    burst = max(spec.max_frame, 1600)
+    burst = max(spec.max_frame, MIN_BURST_BYTES)
     default_flow = class_handle(spec.default_tc)
     lines = [
         f"qdisc replace dev {dev} root handle 1: htb default {0x10 + spec.default_tc:x}",

@@ -1,18 +1,55 @@
-"""Per-queue QoS numbers derived from the config and a port's link rate.
+"""Per-queue QoS numbers derived from the config, a port's link rate and the fabric's MTU.
 
-Every number the data plane and the kernel port need (buffer, XOFF, XON, headroom, ECN profile
-as fixed-point, pause time of the quanta) comes from here, so the P4 tables, the qdiscs and the
-docs agree. :func:`check_qos` names each threshold that cannot work on the fabric's links.
+Every number the data plane, the kernel port and the hosts need (buffer, XOFF, XON, headroom,
+ECN profile as fixed-point, pause time of the quanta, frame sizes and the RoCE path MTU, the
+hosts' DSCPs) comes from here, so the P4 tables, the qdiscs, the endpoints and the docs agree.
+:func:`check_qos` names each threshold that cannot work on the fabric's links.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.config import FabricConfig, QosConfig
+from testbed.config import FabricConfig, FabricShape, QosConfig
+from testbed.ports import MIN_BURST_BYTES
 
-ROCE_FRAME_BYTES = 4096 + 14 + 20 + 8 + 12 + 16 + 4  # RoCE MTU payload with every header
 PFC_QUANTUM_BITS = 512
+#: The interface MTU of a config that does not name one: FabricShape's default, one definition.
+DEFAULT_MTU: int = FabricShape.model_fields["mtu"].default
+ETH_HEADER_BYTES = 14
+#: A RoCEv2 data packet's headers inside the interface MTU: IPv4 20, UDP 8, BTH 12, RETH 16
+#: (the first packet of an RDMA WRITE carries it; the largest data packet) and ICRC 4.
+ROCE_PACKET_OVERHEAD = 20 + 8 + 12 + 16 + 4
+#: The path MTUs an RDMA NIC can use (IBTA: 256..4096 bytes of payload per packet).
+IB_MTUS = (256, 512, 1024, 2048, 4096)
+
+
+def roce_mtu(mtu: int) -> int:
+    """The RoCE path MTU an interface MTU carries: the largest IB MTU whose packet with every
+    header fits (the Ethernet header rides outside the interface MTU), as a NIC derives its
+    active_mtu from the netdev's. 9000 -> 4096, 4156 -> 4096, 1500 -> 1024."""
+    fits = [m for m in IB_MTUS if m + ROCE_PACKET_OVERHEAD <= mtu]
+    if not fits:
+        raise ValueError(f"an interface MTU of {mtu} carries no RoCE packet (at least "
+                         f"{IB_MTUS[0] + ROCE_PACKET_OVERHEAD} bytes)")
+    return fits[-1]
+
+
+def roce_frame_bytes(mtu: int = DEFAULT_MTU) -> int:
+    """The largest RoCE frame on the wire, Ethernet header included, at this interface MTU."""
+    return roce_mtu(mtu) + ROCE_PACKET_OVERHEAD + ETH_HEADER_BYTES
+
+
+def max_frame_bytes(mtu: int = DEFAULT_MTU) -> int:
+    """The largest frame an interface of this MTU carries (what a port's gate must admit)."""
+    return mtu + ETH_HEADER_BYTES
+
+
+def gate_leak_bytes(mtu: int = DEFAULT_MTU) -> int:
+    """What an upstream gate lets through as it closes: its burst, the largest frame the fabric
+    carries (a 9000-byte MTU admits two RoCE frames), as testbed.ports sets it. A real MAC
+    finishes one frame instead."""
+    return max(max_frame_bytes(mtu), MIN_BURST_BYTES)
 
 
 @dataclass(frozen=True)
@@ -41,28 +78,28 @@ def quantum_us(rate_mbps: float) -> float:
     return PFC_QUANTUM_BITS / rate_mbps
 
 
-#: What an upstream gate lets through as it closes: its burst, the largest frame the fabric
-#: carries (a 9000-byte MTU admits two RoCE frames). A real MAC finishes one frame instead.
-GATE_LEAK_BYTES = 9014
-
-
-def required_headroom(qos: QosConfig, rate_mbps: float, frame: int = ROCE_FRAME_BYTES,
-                      gate_leak: int = GATE_LEAK_BYTES) -> int:
+def required_headroom(qos: QosConfig, rate_mbps: float, frame: int | None = None,
+                      gate_leak: int | None = None, *, mtu: int = DEFAULT_MTU) -> int:
     """What one ingress port delivers after XOFF is sent: the round trip on the wire, a frame
     in flight at each end, what the upstream sends while it reacts (SONiC's headroom formula),
-    and what the upstream's gate lets through as it closes."""
+    and what the upstream's gate lets through as it closes. ``frame`` and ``gate_leak``
+    default to what the interface ``mtu`` (fabric.mtu) makes them."""
+    frame = roce_frame_bytes(mtu) if frame is None else frame
+    gate_leak = gate_leak_bytes(mtu) if gate_leak is None else gate_leak
     bytes_per_us = rate_mbps / 8
     wire = 2 * bytes_per_us * qos.pfc.link_delay_us
     react = bytes_per_us * qos.pfc.reaction_ms * 1000
     return int(wire + 2 * frame + react + gate_leak)
 
 
-def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int = ROCE_FRAME_BYTES,
-                   fan_in: int = 1) -> dict[int, QueueProfile]:
+def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,
+                   fan_in: int = 1, *, mtu: int = DEFAULT_MTU) -> dict[int, QueueProfile]:
     """Profiles of one port's eight queues. ``fan_in``: how many ingress ports can feed them;
-    each gets its own headroom, as real switches reserve headroom per ingress port."""
+    each gets its own headroom, as real switches reserve headroom per ingress port. ``frame``
+    defaults to the largest RoCE frame at the interface ``mtu`` (fabric.mtu)."""
+    frame = roce_frame_bytes(mtu) if frame is None else frame
     out = {}
-    headroom = qos.pfc.headroom_bytes or required_headroom(qos, rate_mbps, frame)
+    headroom = qos.pfc.headroom_bytes or required_headroom(qos, rate_mbps, frame, mtu=mtu)
     pause_us = qos.pfc.pause_quanta * quantum_us(rate_mbps)
     for tc in range(8):
         e = qos.ecn.get(tc)
@@ -85,17 +122,19 @@ def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int = ROCE_FRAME_BYT
 
 def check_qos(cfg: FabricConfig) -> list[str]:
     """One message per threshold that cannot work on this fabric's links."""
-    q = cfg.qos
+    q, mtu = cfg.qos, cfg.fabric.mtu
     problems = []
     for tier, rate in (("host_link_mbps", cfg.fabric.host_link_mbps),
                        ("fabric_link_mbps", cfg.fabric.fabric_link_mbps)):
-        need = required_headroom(q, rate)
+        need = required_headroom(q, rate, mtu=mtu)
         if q.pfc.headroom_bytes is not None and q.pfc.headroom_bytes < need:
             problems.append(
                 f"qos.pfc.headroom_bytes: {q.pfc.headroom_bytes} is too small for the round trip "
                 f"of a {rate:g} Mbit/s link (fabric.{tier}): at least {need} bytes are in flight "
-                f"after XOFF (2 frames + rate x reaction_ms {q.pfc.reaction_ms:g} + wire)")
-        for tc, p in queue_profiles(q, rate).items():
+                f"after XOFF (2 frames of {roce_frame_bytes(mtu)} B at fabric.mtu {mtu} + rate x "
+                f"reaction_ms {q.pfc.reaction_ms:g} + wire + the closing gate's "
+                f"{gate_leak_bytes(mtu)} B)")
+        for tc, p in queue_profiles(q, rate, mtu=mtu).items():
             if not p.pfc:
                 continue
             if p.xoff + p.headroom > q.buffer_bytes:
@@ -106,3 +145,13 @@ def check_qos(cfg: FabricConfig) -> list[str]:
             if p.xon > p.xoff:
                 problems.append(f"qos.pfc.xon_bytes: {p.xon} is above xoff_bytes {p.xoff}")
     return sorted(set(problems))
+
+
+def endpoint_args(cfg: FabricConfig) -> list[str]:
+    """What a host's NIC must know of the fabric, as traffic.endpoint arguments: the RoCE path
+    MTU its interface carries, the DSCP of each class (as the switches classify it) and of
+    CNPs, and the CNP's class (which the NIC's own PFC pause must hold back)."""
+    q = cfg.qos
+    table = ",".join(f"{tc}={dscp}" for tc, dscp in sorted(q.tc_to_dscp().items()))
+    return ["--mtu", str(roce_mtu(cfg.fabric.mtu)), "--tc-dscp", table,
+            "--cnp-dscp", str(q.cnp_dscp), "--cnp-tc", str(q.cnp_tc)]

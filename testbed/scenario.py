@@ -11,10 +11,16 @@ A scenario file holds the fabric config sections (name, fabric, ecmp, switch, qo
     flows:                    # traffic.flows.FlowSpec
       - {name: a, src: h1, dst: h3, message_bytes: 65536, duration_s: 10}
     faults:
-      - {at_s: 0, link_down: [spine1, leaf3]}
+      - {at_s: 0, link_down: [spine1, leaf3]}     # every parallel link of the pair
+      - {at_s: 1, link_down: [spine2, leaf3, 2]}  # only the 2nd of them (1..parallel_links)
       - {at_s: 5, link_up: [spine1, leaf3]}
       - {at_s: 2, host: h4, mode: storm, tc: 3, until_s: 8}
       - {at_s: 2, host: h2, mode: slow_receiver, max_rx_pps: 50}
+
+Parallel links between a spine and a leaf are numbered 1..parallel_links in the order of their
+port numbers (link 1 is the lowest port at both ends); a third element names one of them.
+A flow's ``tc`` must be a class some DSCP reaches (``qos.dscp_to_tc_map``, or any unmapped DSCP
+for ``default_tc``): the hosts mark each class with that DSCP (see QosConfig.tc_to_dscp).
 
 The results folder gets the resolved config and topology, the agents' telemetry and events,
 the endpoints' per-QP series, P4 counters sampled over the run (``p4_counters.csv``), and
@@ -32,13 +38,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed.analysis import deadlock_summary
-from testbed.config import ConfigError, FabricConfig, _explain, parse_config
+from testbed.config import ConfigError, FabricConfig
 from testbed.measure import counter_cells
-from testbed.topology import Topology, build_topology, pin_route
+from testbed.topology import Topology, build_topology, link_ends, pin_route
+from testbed.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowRunner, FlowSpec
 
 
@@ -49,16 +55,35 @@ class RouteOverride(BaseModel):
     via: str
 
 
+#: A link fault's target: [switch, switch] for every parallel link between the two, or
+#: [switch, switch, N] for the Nth of them (1..parallel_links, in port order).
+LinkRef = tuple[str, str] | tuple[str, str, int]
+
+
 class Fault(BaseModel):
     model_config = ConfigDict(extra="forbid")
     at_s: float = Field(ge=0)
-    link_down: tuple[str, str] | None = None
-    link_up: tuple[str, str] | None = None
+    link_down: LinkRef | None = None
+    link_up: LinkRef | None = None
     host: str | None = None
     mode: Literal["storm", "slow_receiver", "none"] | None = None
     tc: int = Field(3, ge=0, le=7)
     until_s: float | None = Field(None, gt=0)
     max_rx_pps: float | None = Field(None, gt=0)
+
+    @field_validator("link_down", "link_up", mode="before")
+    @classmethod
+    def _link_ref(cls, v: object) -> object:
+        """One message for every wrong form (pydantic's would name each tuple type it tried)."""
+        if v is None:
+            return v
+        ok = (isinstance(v, list | tuple) and len(v) in (2, 3)
+              and all(isinstance(x, str) for x in v[:2])
+              and (len(v) == 2 or (type(v[2]) is int and v[2] >= 1)))
+        if not ok:
+            raise ValueError("write [switch, switch] for every link between the two, or "
+                             "[switch, switch, N] for their Nth parallel link (N from 1)")
+        return tuple(v)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Fault:
@@ -101,21 +126,11 @@ class Scenario:
     source: str = "scenario"
 
 
-def _links(topo: Topology) -> set[frozenset[str]]:
-    return {frozenset((link.a, link.b)) for link in topo.links}
-
-
 def load_scenario(path: str | Path) -> Scenario:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(["no such file; give the path of a scenario YAML file"], str(p))
-    try:
-        data: Any = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"not valid YAML ({exc})"], str(p)) from None
+    data: Any = read_yaml(path, "scenario") or {}
     if not isinstance(data, dict):
-        raise ConfigError(["the top level must be a mapping"], str(p))
-    return parse_scenario(data, str(p))
+        raise ConfigError(["the top level must be a mapping"], str(path))
+    return parse_scenario(data, str(path))
 
 
 def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
@@ -130,22 +145,48 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
         extras = ScenarioExtras.model_validate({k: v for k, v in data.items()
                                                 if k not in FABRIC_KEYS})
     except ValidationError as err:
-        problems += _explain(ScenarioExtras, err)
+        problems += explain(ScenarioExtras, err)
     if cfg is None or extras is None:
         raise ConfigError(problems, source)
     topo = build_topology(cfg)
+    problems = (_flow_problems(cfg, extras, topo) + _fault_problems(extras, topo)
+                + _route_problems(extras, topo))
+    if problems:
+        raise ConfigError(problems, source)
+    return Scenario(cfg, extras, topo, source)
+
+
+def _flow_problems(cfg: FabricConfig, extras: ScenarioExtras, topo: Topology) -> list[str]:
+    """Hosts that exist, a start inside the run, and a class the hosts can mark: a class no
+    DSCP reaches would be sent in whichever class the switches give its DSCP instead."""
+    problems = []
     hosts = {h.name for h in topo.hosts}
-    switches = {s.name for s in topo.switches}
-    links = _links(topo)
-    end = extras.duration_s
+    dscps = cfg.qos.tc_to_dscp()
+    mapped = cfg.qos.dscp_to_tc_map
     for i, f in enumerate(extras.flows):
         for role in ("src", "dst"):
             h = getattr(f, role)
             if h not in hosts:
                 problems.append(f"flows.{i}.{role}: unknown host {h!r}; hosts are "
                                 f"{', '.join(sorted(hosts, key=lambda x: int(x[1:])))}")
-        if f.start_s >= end:
-            problems.append(f"flows.{i}.start_s: {f.start_s} is past the end (duration_s {end})")
+        if f.start_s >= extras.duration_s:
+            problems.append(f"flows.{i}.start_s: {f.start_s} is past the end "
+                            f"(duration_s {extras.duration_s})")
+        if f.tc not in dscps:
+            free = f.tc << 3 if f.tc << 3 not in mapped else min(set(range(64)) - set(mapped),
+                                                                   default=f.tc << 3)
+            problems.append(
+                f"flows.{i}.tc: no DSCP reaches class {f.tc} (qos.dscp_to_tc_map {mapped}, "
+                f"default_tc {cfg.qos.default_tc}), so the hosts cannot send in it: map one, "
+                f"e.g. qos.dscp_to_tc_map: {{{free}: {f.tc}}}, or use a class that has one "
+                f"({', '.join(map(str, sorted(dscps)))})")
+    return problems
+
+
+def _fault_problems(extras: ScenarioExtras, topo: Topology) -> list[str]:
+    problems = []
+    hosts = {h.name for h in topo.hosts}
+    end = extras.duration_s
     for i, fl in enumerate(extras.faults):
         if fl.at_s >= end:
             problems.append(f"faults.{i}.at_s: {fl.at_s} is past the end (duration_s {end})")
@@ -153,14 +194,25 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
             problems.append(f"faults.{i}.until_s: {fl.until_s} is past the end "
                             f"(duration_s {end})")
         for kind in ("link_down", "link_up"):
-            pair = getattr(fl, kind)
-            if pair is not None and frozenset(pair) not in links:
-                problems.append(f"faults.{i}.{kind}: there is no link {pair[0]}-{pair[1]}")
-            elif pair is not None and set(pair) & hosts:
-                problems.append(f"faults.{i}.{kind}: {pair[0]}-{pair[1]} is a host link; only "
+            ref = getattr(fl, kind)
+            if ref is None:
+                continue
+            try:
+                link_ends(topo, ref[0], ref[1], ref[2] if len(ref) > 2 else None)
+            except ValueError as exc:
+                problems.append(f"faults.{i}.{kind}: {exc}")
+                continue
+            if set(ref[:2]) & hosts:
+                problems.append(f"faults.{i}.{kind}: {ref[0]}-{ref[1]} is a host link; only "
                                 f"links between switches can fail (use a host fault instead)")
         if fl.host is not None and fl.host not in hosts:
             problems.append(f"faults.{i}.host: unknown host {fl.host!r}")
+    return problems
+
+
+def _route_problems(extras: ScenarioExtras, topo: Topology) -> list[str]:
+    problems = []
+    switches = {s.name for s in topo.switches}
     for i, r in enumerate(extras.routes):
         if r.switch not in switches:
             problems.append(f"routes.{i}.switch: unknown switch {r.switch!r}")
@@ -169,9 +221,7 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
             pin_route(topo, r.switch, r.prefix, r.via)
         except ValueError as exc:
             problems.append(f"routes.{i}: {exc}")
-    if problems:
-        raise ConfigError(problems, source)
-    return Scenario(cfg, extras, topo, source)
+    return problems
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -291,9 +341,11 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
 def _apply_fault(fabric, f: Fault, end: bool) -> str:
     if f.link_down is not None or f.link_up is not None:
         # both ends route around a failed link, and so does the rest of the fabric
-        pair, up = (f.link_up, True) if f.link_up is not None else (f.link_down, False)
-        changed = fabric.set_link(pair[0], pair[1], up)
-        return (f"link {pair[0]}-{pair[1]} {'up' if up else 'down'} "
+        ref, up = (f.link_up, True) if f.link_up is not None else (f.link_down, False)
+        index = ref[2] if len(ref) > 2 else None
+        changed = fabric.set_link(ref[0], ref[1], up, index)
+        which = f" (parallel link {index})" if index is not None else ""
+        return (f"link {ref[0]}-{ref[1]}{which} {'up' if up else 'down'} "
                 f"(routes changed on {', '.join(changed) or 'no switch'})")
     c = fabric.endpoints[f.host]
     if end or f.mode == "none":

@@ -242,6 +242,26 @@ def _nexthop(topo: Topology, sw: Switch, port: int) -> NextHop:
 DownLinks = frozenset[tuple[str, int]]
 
 
+def links_between(topo: Topology, a: str, b: str) -> list[Link]:
+    """The links between two nodes, parallel link 1 first: in the order they are built, which
+    is the order of their port numbers at both ends."""
+    return [ln for ln in topo.links if {ln.a, ln.b} == {a, b}]
+
+
+def link_ends(topo: Topology, a: str, b: str, index: int | None = None) -> set[tuple[str, int]]:
+    """The (switch, port) ends of every link between ``a`` and ``b``, or of the ``index``-th
+    parallel link (1-based) only. ValueError names what does not exist."""
+    links = links_between(topo, a, b)
+    if not links:
+        raise ValueError(f"there is no link {a}-{b}")
+    if index is not None:
+        if not 1 <= index <= len(links):
+            raise ValueError(f"{a}-{b} has {len(links)} parallel link(s): the link index is "
+                             f"1..{len(links)}, not {index}")
+        links = [links[index - 1]]
+    return {end for ln in links for end in ((ln.a, ln.a_port), (ln.b, ln.b_port))}
+
+
 def compute_routes(topo: Topology, sw: Switch, down: DownLinks = frozenset()) -> list[Route]:
     """Routes of one switch, with the topology's overrides applied.
 

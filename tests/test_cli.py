@@ -34,6 +34,17 @@ def test_bad_file_is_named_without_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_messages_keep_their_square_brackets(tmp_path: Path) -> None:
+    """Rich markup must not eat what a message quotes: the name's pattern, a list."""
+    f = tmp_path / "bad.yaml"
+    f.write_text("name: My Lab\nagent: {pfc_watchdog: {ports: [leaf1-3]}}\n")
+    r = run("topology", str(f))
+    assert r.returncode == 2
+    assert "String should match pattern '^[a-z][a-z0-9-]{0,23}$'" in r.stderr, r.stderr
+    assert "(got ['leaf1-3'])" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_topology_prints_resolved_json() -> None:
     r = run("topology", "--spines", "3", "--leaves", "3", "--hosts-per-leaf", "1",
             "--parallel-links", "2")

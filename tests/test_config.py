@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import ConfigError, FabricConfig, load_config
+from testbed.config import ConfigError, FabricConfig
+from testbed.validate import load_config
 
 BAD_FILES = {
     "zero spines": ("fabric: {spines: 0}", ["fabric.spines", "greater than or equal to 1"]),
@@ -26,7 +27,7 @@ BAD_FILES = {
     "bad name": ("name: My Lab", ["name", "pattern"]),
     "too many ports": ("fabric: {hosts_per_leaf: 250, spines: 64, parallel_links: 16}",
                        ["fabric", "ports"]),
-    "not a mapping": ("- spines: 2", ["top level must be a mapping"]),
+    "not a mapping": ("- spines: 2", ["the top level must be a mapping"]),
     "broken yaml": ("fabric: {spines: 2", ["line", "not valid YAML"]),
     "log size zero": ("switch: {log_max_mb: 0}", ["switch.log_max_mb"]),
     "xoff above the buffer": ("qos: {buffer_bytes: 50000, pfc: {xoff_bytes: 48000}}",
@@ -38,6 +39,38 @@ BAD_FILES = {
                         ["qos.ecn.3", "kmax_bytes must be above kmin_bytes"]),
     "xon above xoff": ("qos: {pfc: {xoff_bytes: 40000, xon_bytes: 50000}}",
                        ["qos.pfc.xon_bytes", "above xoff_bytes"]),
+    # CNPs: the configured DSCP's class, wherever the map puts it, is never paused
+    "pause the configured CNP class": (
+        "qos: {cnp_dscp: 46, dscp_to_tc_map: {26: 3, 46: 5}, pfc_enable: [3, 5]}",
+        ["qos.pfc_enable", "class 5 carries CNPs", "qos.cnp_dscp 46 -> class 5"]),
+    "CNPs fall into a lossless default class": (
+        "qos: {default_tc: 3, dscp_to_tc_map: {26: 3}}",
+        ["qos.pfc_enable", "class 3 carries CNPs", "default_tc 3"]),
+    "CNP dscp out of range": ("qos: {cnp_dscp: 64}", ["qos.cnp_dscp", "less than or equal to 63"]),
+    # the watchdog's ports: the form, then the topology
+    "watchdog port without a colon": ("agent: {pfc_watchdog: {ports: [leaf1-3]}}",
+                                      ["agent.pfc_watchdog.ports", "'leaf1-3'", "leaf1:3"]),
+    "watchdog port not a number": ("agent: {pfc_watchdog: {ports: ['spine1:x']}}",
+                                   ["agent.pfc_watchdog.ports", "'spine1:x'", "switch:port"]),
+    "watchdog ports not a list": ("agent: {pfc_watchdog: {ports: leaf1}}",
+                                  ["agent.pfc_watchdog.ports", "a list of switch:port names"]),
+    "watchdog on a switch that is not there": (
+        "agent: {pfc_watchdog: {ports: ['spine9:1']}}",
+        ["agent.pfc_watchdog.ports.0", "no switch 'spine9'", "spine1..spine2 (ports 1..4)"]),
+    "watchdog on a port that is not there": (
+        "agent: {pfc_watchdog: {ports: ['leaf1:2', 'leaf1:99']}}",
+        ["agent.pfc_watchdog.ports.1", "leaf1 has no port 99", "1..4"]),
+    # the P4 program's paused-ports bitmap, with PFC on
+    "spine ports past the PFC bitmap": (
+        "fabric: {leaves: 64}", ["fabric", "a spine would have 64 ports", "at most 63",
+                                 "fewer leaves or parallel links"]),
+    "leaf ports past the PFC bitmap": (
+        "fabric: {hosts_per_leaf: 60, spines: 2, parallel_links: 2}",
+        ["fabric", "a leaf would have 64 ports", "64-bit map", "fewer hosts per leaf"]),
+    # thresholds at the fabric's MTU
+    "headroom too small at this MTU": (
+        "fabric: {mtu: 1500}\nqos: {pfc: {headroom_bytes: 20000}}",
+        ["qos.pfc.headroom_bytes", "fabric.mtu 1500", "at least 28796 bytes"]),
 }
 
 
@@ -52,6 +85,8 @@ def test_bad_file_gets_a_named_message(tmp_path: Path, name: str) -> None:
     for part in expected:
         assert part in rendered, f"{part!r} not in:\n{rendered}"
     assert "Traceback" not in rendered
+    # one line per problem: the first expected part names its field at the start of a line
+    assert any(line.startswith(f"  - {expected[0]}") for line in rendered.splitlines()), rendered
 
 
 def test_several_mistakes_are_all_reported(tmp_path: Path) -> None:

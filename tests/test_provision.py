@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -13,9 +14,31 @@ REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "testbed.cli"]
 
 
-def need_ansible() -> None:
-    if shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) is None:
+def tool(name: str) -> str | None:
+    """A command of the environment running the tests: beside its Python first (a venv that is
+    not activated), then on the PATH (the project installed anywhere else)."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which(name, path=path)
+
+
+def need_ansible() -> str:
+    playbook = tool("ansible-playbook")
+    if playbook is None:
         pytest.skip("needs ansible-core (pip install -e '.[test]')")
+    return playbook
+
+
+def test_tools_are_found_beside_python_or_on_the_path(tmp_path: Path, monkeypatch) -> None:
+    elsewhere, beside = tmp_path / "elsewhere", tmp_path / "venv" / "bin"
+    for d in (elsewhere, beside):
+        d.mkdir(parents=True)
+        (d / "some-tool").write_text("#!/bin/sh\n")
+        (d / "some-tool").chmod(0o755)
+    monkeypatch.setenv("PATH", str(elsewhere))
+    monkeypatch.setattr(sys, "executable", str(beside / "python"))
+    assert tool("some-tool") == str(beside / "some-tool")
+    (beside / "some-tool").unlink()
+    assert tool("some-tool") == str(elsewhere / "some-tool")
 
 
 @pytest.mark.root
@@ -49,16 +72,15 @@ def test_a_failing_task_is_reported_by_name(tmp_path: Path) -> None:
 
 
 def test_playbook_passes_syntax_check_and_lint() -> None:
-    need_ansible()
-    bindir = Path(sys.executable).parent
-    r = subprocess.run([str(bindir / "ansible-playbook"), "--syntax-check", "-i",
+    playbook = need_ansible()
+    r = subprocess.run([playbook, "--syntax-check", "-i",
                         "playbooks/inventory.ini", "playbooks/site.yml"], capture_output=True,
                        text=True, cwd=REPO)
     assert r.returncode == 0, r.stdout + r.stderr
-    lint = bindir / "ansible-lint"
-    if not lint.exists():
+    lint = tool("ansible-lint")
+    if lint is None:
         pytest.skip("needs ansible-lint (pip install -e '.[test]')")
-    r = subprocess.run([str(lint), "site.yml"], capture_output=True, text=True,
+    r = subprocess.run([lint, "site.yml"], capture_output=True, text=True,
                        cwd=REPO / "playbooks")
     assert r.returncode == 0, r.stdout + r.stderr
 

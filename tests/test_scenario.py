@@ -75,6 +75,56 @@ def test_route_via_a_non_neighbour() -> None:
     assert "routes.0: leaf1 has no link to 'leaf2'" in msg
 
 
+#: Bad scenarios, inline: (YAML on top of BASE, what the one-line message must say; its first
+#: part is the field the line starts with).
+BAD_SCENARIOS = {
+    "flow in a class no DSCP reaches": (
+        "qos: {dscp_to_tc_map: {24: 3, 48: 6}}\n"
+        "flows: [{name: a, src: h1, dst: h3, count: 1, tc: 5}]",
+        ["flows.0.tc", "no DSCP reaches class 5", "e.g. qos.dscp_to_tc_map: {40: 5}"]),
+    "default class 3 flow with class 3 unmapped": (
+        "qos: {dscp_to_tc_map: {48: 6}, pfc_enable: [], ecn: {}}",
+        ["flows.0.tc", "no DSCP reaches class 3", "(0, 6)"]),
+    "parallel link past the last": (
+        "fabric: {spines: 2, leaves: 4, hosts_per_leaf: 1, parallel_links: 2}\n"
+        "faults: [{at_s: 1, link_down: [spine1, leaf1, 3]}]",
+        ["faults.0.link_down", "spine1-leaf1 has 2 parallel link(s)", "1..2"]),
+    "parallel link zero": (
+        "faults: [{at_s: 1, link_down: [spine1, leaf1, 0]}]",
+        ["faults.0.link_down", "[switch, switch, N]", "N from 1"]),
+    "link of one switch": (
+        "faults: [{at_s: 1, link_up: [spine1]}]", ["faults.0.link_up", "[switch, switch]"]),
+    "link index not a number": (
+        "faults: [{at_s: 1, link_up: [spine1, leaf1, second]}]",
+        ["faults.0.link_up", "[switch, switch, N]"]),
+    "index on a link that does not exist": (
+        "faults: [{at_s: 1, link_down: [leaf1, leaf2, 1]}]",
+        ["faults.0.link_down", "there is no link leaf1-leaf2"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_SCENARIOS))
+def test_bad_scenario_gets_a_named_message(name: str) -> None:
+    import yaml
+
+    text, expected = BAD_SCENARIOS[name]
+    msg = problems(yaml.safe_load(text))
+    for part in expected:
+        assert part in msg, f"{part!r} not in:\n{msg}"
+    assert any(line.startswith(f"  - {expected[0]}: ") for line in msg.splitlines()), msg
+
+
+def test_remapped_class_and_one_parallel_link_are_accepted() -> None:
+    sc = parse_scenario({
+        **BASE, "fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 1, "parallel_links": 2},
+        "qos": {"dscp_to_tc_map": {24: 3, 48: 6}},
+        "faults": [{"at_s": 1, "link_down": ["spine1", "leaf1", 2]},
+                   {"at_s": 2, "link_up": ["leaf1", "spine1"]}]})
+    assert sc.cfg.qos.tc_to_dscp()[3] == 24
+    assert sc.extras.faults[0].link_down == ("spine1", "leaf1", 2)
+    assert sc.extras.faults[1].link_up == ("leaf1", "spine1")
+
+
 def test_every_mistake_is_listed_at_once() -> None:
     with pytest.raises(ConfigError) as info:
         parse_scenario({**BASE, "flows": [{"name": "a", "src": "h9", "dst": "h3", "count": 1}],

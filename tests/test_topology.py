@@ -7,12 +7,14 @@ from collections import Counter
 
 import pytest
 
-from testbed.config import FabricConfig, FabricShape
-from testbed.topology import build_topology, compute_routes
+from testbed.config import FabricConfig, FabricShape, QosConfig
+from testbed.topology import build_topology, compute_routes, link_ends
 
 
-def topo_of(**shape):
-    return build_topology(FabricConfig(fabric=FabricShape(**shape)))
+def topo_of(lossy: bool = False, **shape):
+    """A lossy fabric may be larger: with PFC on a switch has at most 63 ports."""
+    qos = QosConfig(pfc_enable=[]) if lossy else QosConfig()
+    return build_topology(FabricConfig(fabric=FabricShape(**shape), qos=qos))
 
 
 def test_counts_and_names() -> None:
@@ -145,6 +147,42 @@ def test_json_roundtrip() -> None:
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (4, 8, 2, 1), (3, 3, 1, 2), (2, 250, 1, 1)])
 def test_other_shapes(shape) -> None:
     s, lf, h, p = shape
-    t = topo_of(spines=s, leaves=lf, hosts_per_leaf=h, parallel_links=p)
+    t = topo_of(spines=s, leaves=lf, hosts_per_leaf=h, parallel_links=p, lossy=lf > 63)
     assert len(t.hosts) == lf * h
     assert len(t.links) == lf * h + s * lf * p
+
+
+def test_one_parallel_link_fails_alone() -> None:
+    """[spine1, leaf1, 2] takes down only the second link of the pair: leaf1 still reaches the
+    other leaves through spine1, over the first link."""
+    t = topo_of(spines=2, leaves=2, hosts_per_leaf=1, parallel_links=2)
+    leaf1 = t.switch("leaf1")
+    up1, up2 = [p.number for p in leaf1.ports.values() if p.peer == "spine1"]
+    ends = link_ends(t, "spine1", "leaf1", 2)
+    assert ends == {("leaf1", up2), ("spine1", leaf1.ports[up2].peer_port)}
+    assert len(link_ends(t, "spine1", "leaf1")) == 4  # without an index: both links
+    route = next(r for r in compute_routes(t, leaf1, frozenset(ends)) if r.prefix == "10.0.2.0/24")
+    via = [nh.port for nh in route.nexthops]
+    assert up1 in via and up2 not in via
+    with pytest.raises(ValueError, match="1..2"):
+        link_ends(t, "spine1", "leaf1", 3)
+
+
+def test_fabric_set_link_fails_just_that_link() -> None:
+    pytest.importorskip("mininet.net", reason="needs Mininet (testbed.network imports it)")
+    from types import SimpleNamespace
+
+    from testbed.network import Fabric
+
+    class AnyBuilder:
+        def __getattr__(self, name: str):
+            return lambda *a, **k: (name, a, k)
+
+    t = topo_of(spines=2, leaves=2, hosts_per_leaf=1, parallel_links=2)
+    sessions = {s.name: SimpleNamespace(builder=AnyBuilder(), reroute=lambda _routing: True)
+                for s in t.switches}
+    fake = SimpleNamespace(topo=t, down_links=set(), sessions=sessions)
+    Fabric.set_link(fake, "spine1", "leaf1", False, 2)
+    assert fake.down_links == link_ends(t, "spine1", "leaf1", 2)
+    Fabric.set_link(fake, "spine1", "leaf1", True)
+    assert fake.down_links == set()

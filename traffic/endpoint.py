@@ -67,8 +67,12 @@ HOUSEKEEPING_S = 0.01
 PFC_QUANTUM_BITS = 512
 MAX_QUANTA = 0xFFFF
 
-#: Default DSCP for each traffic class (the inverse of the fabric's DSCP_TO_TC_MAP defaults).
+#: DSCP for each traffic class when no table is given (run by hand): the class selectors, and
+#: 26 for RoCE. The testbed passes its fabric's own (--tc-dscp, from qos.dscp_to_tc_map), so
+#: that each class lands in that class at the switches.
 TC_TO_DSCP = {0: 0, 1: 8, 2: 16, 3: 26, 4: 32, 5: 40, 6: 48, 7: 56}
+#: The class of CNPs when none is given: where DSCP_CNP lands in the fabric's default map.
+CNP_TC = 6
 
 QP_COLUMNS = [
     ("t_s", "seconds on the run's clock (the endpoint's own start when run by hand)"),
@@ -121,7 +125,10 @@ class EndpointConfig:
     line_rate_bps: float
     control_socket: Path
     out_dir: Path
-    mtu: int = 4096
+    mtu: int = 4096  # RoCE path MTU: payload bytes per packet
+    tc_to_dscp: dict[int, int] = field(default_factory=lambda: dict(TC_TO_DSCP))
+    cnp_dscp: int = DSCP_CNP
+    cnp_tc: int = CNP_TC  # the class the CNP's DSCP lands in: a pause of it holds CNPs back
     sample_period_s: float = 0.1
     cnp_interval_s: float | None = None  # default: [Z15]'s 50 us scaled to the link
     dcqcn: dict = field(default_factory=dict)  # overrides of DcqcnParams.scaled
@@ -166,7 +173,7 @@ class QpState:
     post_size: int = 0
     _last_bytes: int = 0
     builder: RoceFrameBuilder | None = None  # ACKs (responder)
-    cnp_builder: RoceFrameBuilder | None = None  # CNPs, DSCP_CNP (responder)
+    cnp_builder: RoceFrameBuilder | None = None  # CNPs, with the CNP DSCP (responder)
 
     @property
     def rate_bps(self) -> float:
@@ -288,10 +295,14 @@ class Endpoint:
             raise ValueError("role must be 'requester' or 'responder'")
         if not 0 <= tc <= 7:
             raise ValueError("tc must be 0..7")
+        dscp = self.cfg.tc_to_dscp.get(tc)
+        if dscp is None:
+            raise ValueError(f"class {tc} has no DSCP on this host (--tc-dscp); classes: "
+                             f"{', '.join(map(str, sorted(self.cfg.tc_to_dscp)))}")
         sport = sport or qp_source_port(qpn, peer_qpn)
         st = QpState(qpn, role, tc, peer_ip, peer_qpn, sport,
                      rate_cap_bps=rate_cap_mbps * 1e6 if rate_cap_mbps else None)
-        builder = self._builder(peer_ip, sport, TC_TO_DSCP[tc])
+        builder = self._builder(peer_ip, sport, dscp)
         if role == "requester":
             st.requester = Requester(qpn, peer_qpn, builder, mtu=self.cfg.mtu,
                                      start_psn=start_psn, max_outstanding=max_outstanding,
@@ -302,7 +313,7 @@ class Endpoint:
         else:
             st.responder = Responder(qpn, peer_qpn, start_psn=start_psn)
             st.builder = builder
-            st.cnp_builder = self._builder(peer_ip, sport, DSCP_CNP)
+            st.cnp_builder = self._builder(peer_ip, sport, self.cfg.cnp_dscp)
         self.qps[qpn] = st
         return st
 
@@ -366,7 +377,7 @@ class Endpoint:
             if self.np.should_send(st.qpn, now):
                 assert st.cnp_builder is not None
                 cnp = st.cnp_builder.frame(CNP, st.peer_qpn, 0, b"\x00" * 16, becn=True)
-                self._send_ctrl(6, cnp, now)
+                self._send_ctrl(self.cfg.cnp_tc, cnp, now)
                 st.cnps_sent += 1
                 self.stats.cnps_sent += 1
 
@@ -742,7 +753,19 @@ class Endpoint:
                     s.close()
 
 
-def main(argv: list[str] | None = None) -> None:
+def _tc_dscp_table(text: str) -> dict[int, int]:
+    """``3=26,6=48`` -> {3: 26, 6: 48}, for --tc-dscp."""
+    try:
+        table = {int(tc): int(d) for tc, d in (kv.split("=") for kv in text.split(",") if kv)}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write TC=DSCP pairs, e.g. 3=26,6=48") \
+            from None
+    if not all(0 <= tc <= 7 and 0 <= d <= 63 for tc, d in table.items()):
+        raise argparse.ArgumentTypeError(f"{text!r}: classes are 0..7, DSCPs 0..63")
+    return table
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m traffic.endpoint",
         description="RoCEv2 endpoint (RC QPs, Go-Back-N, DCQCN, PFC) on one interface.")
@@ -751,7 +774,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ip", required=True)
     ap.add_argument("--next-hop-mac", required=True, help="the leaf's (or peer's) MAC")
     ap.add_argument("--line-rate-mbps", type=float, default=10.0)
-    ap.add_argument("--mtu", type=int, default=4096, help="RoCE path MTU (payload per packet)")
+    ap.add_argument("--mtu", type=int, default=4096, help="RoCE path MTU (payload per packet); "
+                    "the testbed derives it from fabric.mtu")
+    ap.add_argument("--tc-dscp", type=_tc_dscp_table, default=dict(TC_TO_DSCP),
+                    help="DSCP of each class the host may send, as TC=DSCP pairs, e.g. "
+                         "0=0,3=26,6=48 (the testbed's comes from qos.dscp_to_tc_map); "
+                         "default: the class selectors, and 26 for class 3")
+    ap.add_argument("--cnp-dscp", type=int, default=DSCP_CNP, choices=range(64), metavar="DSCP",
+                    help="DSCP of CNPs (qos.cnp_dscp)")
+    ap.add_argument("--cnp-tc", type=int, default=CNP_TC, choices=range(8), metavar="TC",
+                    help="class the CNP DSCP lands in: CNPs wait while it is paused")
     ap.add_argument("--control", type=Path, required=True, help="unix socket for commands")
     ap.add_argument("--out", type=Path, required=True, help="folder for the CSV time series")
     ap.add_argument("--sample-period", type=float, default=0.1)
@@ -762,13 +794,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--t0", type=float, default=None,
                     help="origin of t_s (CLOCK_MONOTONIC seconds), default: now")
     ap.add_argument("--log", default="INFO")
-    a = ap.parse_args(argv)
-    logging.basicConfig(level=a.log, format="%(asctime)s %(name)s %(message)s")
-    ep = Endpoint(EndpointConfig(
+    return ap
+
+
+def config_from_args(a: argparse.Namespace) -> EndpointConfig:
+    return EndpointConfig(
         intf=a.intf, mac=a.mac, ip=a.ip, next_hop_mac=a.next_hop_mac,
         line_rate_bps=a.line_rate_mbps * 1e6, control_socket=a.control, out_dir=a.out, mtu=a.mtu,
+        tc_to_dscp=a.tc_dscp, cnp_dscp=a.cnp_dscp, cnp_tc=a.cnp_tc,
         sample_period_s=a.sample_period, cnp_interval_s=a.cnp_interval, dcqcn=a.dcqcn,
-        dcqcn_enabled=not a.no_dcqcn, t0_monotonic=a.t0))
+        dcqcn_enabled=not a.no_dcqcn, t0_monotonic=a.t0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = build_parser().parse_args(argv)
+    logging.basicConfig(level=a.log, format="%(asctime)s %(name)s %(message)s")
+    ep = Endpoint(config_from_args(a))
     signal.signal(signal.SIGTERM, lambda *_: setattr(ep, "_running", False))
     log.info("endpoint on %s (%s), control %s", a.intf, a.ip, a.control)
     try:
