@@ -257,8 +257,6 @@ def provision(
     book = (playbook or PLAYBOOK).resolve()
     if not book.is_file():
         _fail(f"--playbook: no such file {book}")
-    if os.geteuid() != 0:
-        _fail("provisioning installs packages: run it with sudo")
     extravars: dict[str, str] = {}
     for var, given in (("p4_toolchain_archive", toolchain_archive),
                        ("p4_bmv2_fast_archive", bmv2_fast_archive)):
@@ -266,11 +264,15 @@ def provision(
             if not given.is_file():
                 _fail(f"--{var.removeprefix('p4_').replace('_', '-')}: no such file {given}")
             extravars[var] = str(given.resolve())
+    if os.geteuid() != 0:
+        _fail("provisioning installs packages: run it with sudo")
     colors = {"ok": "green", "changed": "yellow", "failed": "red", "skipped": "dim",
               "unreachable": "red", "ignored": "dim"}
 
-    def show(task: str, outcome: str) -> None:
+    def show(task: str, outcome: str, note: str) -> None:
         console.print(f"[{colors[outcome]}]{outcome:>8}[/{colors[outcome]}]  {task}")
+        for line in note.splitlines():
+            console.print(f"{'':>8}  {line}", markup=False, highlight=False)
 
     try:
         res = run_playbook(book, check=check, tags=tags, skip_tags=skip_tags,
