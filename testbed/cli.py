@@ -294,7 +294,7 @@ app.add_typer(image_app, name="image")
 
 @image_app.command("build")
 def image_build(tag: str = "roce-testbed:latest") -> None:
-    """Build the image from the Dockerfile (the same playbook as the Vagrant lab)."""
+    """Build the image from the Dockerfile (set up by setup.sh, as the Vagrant lab is)."""
     from testbed.image import RUN_HINT, ImageError, build
 
     try:

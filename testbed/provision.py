@@ -1,8 +1,8 @@
 """`testbed provision`: run playbooks/site.yml on this machine through ansible-runner.
 
-The same playbook serves `vagrant up` (ansible_local), the Docker image and CI; this module only
-drives it locally, reports progress per task, and sums the run up so that a failure names the
-task that failed and what it said.
+setup.sh runs it on a bare machine, in the Vagrant VM, in the Docker image and in CI; this
+module only drives it locally, reports progress per task, and sums the run up so that a failure
+names the task that failed and what it said.
 """
 
 from __future__ import annotations
