@@ -286,8 +286,6 @@ def provision(
     book = (playbook or PLAYBOOK).resolve()
     if not book.is_file():
         _fail(f"--playbook: no such file {book}")
-    if os.geteuid() != 0:
-        _fail("provisioning installs packages: run it with sudo")
     extravars: dict[str, str] = {}
     for var, given in (("p4_toolchain_archive", toolchain_archive),
                        ("p4_bmv2_fast_archive", bmv2_fast_archive)):
@@ -295,11 +293,15 @@ def provision(
             if not given.is_file():
                 _fail(f"--{var.removeprefix('p4_').replace('_', '-')}: no such file {given}")
             extravars[var] = str(given.resolve())
+    if os.geteuid() != 0:
+        _fail("provisioning installs packages: run it with sudo")
     colors = {"ok": "green", "changed": "yellow", "failed": "red", "skipped": "dim",
               "unreachable": "red", "ignored": "dim"}
 
-    def show(task: str, outcome: str) -> None:
+    def show(task: str, outcome: str, note: str) -> None:
         _say((f"{outcome:>8}", colors[outcome]), f"  {task}")
+        for line in note.splitlines():
+            _say(f"{'':>8}  {line}")
 
     try:
         res = run_playbook(book, check=check, tags=tags, skip_tags=skip_tags,
@@ -320,7 +322,7 @@ app.add_typer(image_app, name="image")
 
 @image_app.command("build")
 def image_build(tag: str = "roce-testbed:latest") -> None:
-    """Build the image from the Dockerfile (the same playbook as the Vagrant lab)."""
+    """Build the image from the Dockerfile (set up by setup.sh, as the Vagrant lab is)."""
     from testbed.image import RUN_HINT, ImageError, build
 
     try:

@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import importlib
+import mmap
 import os
 import shutil
 import subprocess
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 QDISCS = ("htb", "tbf", "pfifo", "bfifo", "netem", "red")
 #: Qdiscs the port model cannot do without; the others only widen what experiments can show.
 REQUIRED_QDISCS = ("htb", "tbf", "bfifo")
 PY_MODULES = ("pydantic", "yaml", "typer", "rich", "p4runtime_sh", "scapy", "pyroute2", "psutil",
               "matplotlib", "grpc")
+#: Where the playbook unpacks BMv2's fast build (role p4, p4_bmv2_fast_prefix).
+BMV2_FAST_PREFIX = Path("/opt/bmv2-fast")
+#: A packet-log message of simple_switch (BMLOG_DEBUG_PKG): the preprocessor drops it from a
+#: build configured with --disable-logging-macros, so only a build that can log holds it.
+BMV2_LOGGING_MARKER = b"Processing packet received on port"
+#: The warning such a build prints when asked to log at debug level; an optimized build with
+#: the logging macros compiled in drops it as dead code.
+BMV2_NO_LOGGING_MARKER = b"You disabled logging macros"
+BMV2_BUILDS = {"default": "default build: logging macros compiled in, --log works",
+               "fast": "fast build: logging macros compiled out, no packet log",
+               "unknown": "build not recognised"}
 
 
 @dataclass
@@ -28,6 +41,37 @@ class Check:
 def _which(binary: str, fix: str) -> Check:
     path = shutil.which(binary)
     return Check(binary, path is not None, path or "not found", "" if path else fix)
+
+
+def bmv2_build(binary: str | Path) -> str:
+    """Which BMv2 build ``binary`` is: "default" (logging macros compiled in, the p4lang
+    packages' and a plain ``./configure``'s), "fast" (``--disable-logging-macros``), or
+    "unknown". Both report the same ``--version`` and ``--help``, so this reads the binary's
+    own strings instead of running it."""
+    try:
+        with open(binary, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if m.find(BMV2_LOGGING_MARKER) >= 0:
+                return "default"
+            if m.find(BMV2_NO_LOGGING_MARKER) >= 0:
+                return "fast"
+    except (OSError, ValueError):  # unreadable, or empty (mmap refuses length 0)
+        pass
+    return "unknown"
+
+
+def _bmv2_checks(fix: str) -> list[Check]:
+    """simple_switch_grpc on the PATH (the one `testbed up` starts) and which build it is; the
+    fast build, when it is installed but not the one on the PATH."""
+    path = shutil.which("simple_switch_grpc")
+    if path is None:
+        return [Check("simple_switch_grpc", False, "not found", fix)]
+    checks = [Check("simple_switch_grpc", True, f"{path} ({BMV2_BUILDS[bmv2_build(path)]})")]
+    fast = BMV2_FAST_PREFIX / "bin" / "simple_switch_grpc"
+    if fast.is_file() and Path(path).resolve() != fast.resolve():
+        checks.append(Check("bmv2 fast build", True, f"{fast} ({BMV2_BUILDS[bmv2_build(fast)]}), "
+                            f"not on the PATH: PATH={fast.parent}:$PATH selects it",
+                            required=False))
+    return checks
 
 
 def probe_qdiscs() -> dict[str, bool]:
@@ -62,9 +106,10 @@ def run_checks() -> list[Check]:
     except ImportError:
         checks.append(Check("mininet", False, "not importable",
                             f"{apt} mininet, and make the venv with --system-site-packages"))
-    p4fix = ("install the p4lang packages: `sudo testbed provision` (Ubuntu 22.04/24.04 and "
-             "Debian 12), or build behavioral-model and p4c from source")
-    checks.append(_which("simple_switch_grpc", p4fix))
+    p4fix = ("`sudo testbed provision` (the p4lang packages, Ubuntu 22.04/24.04 and Debian 12), "
+             "or without internet `sudo testbed provision --skip-tags p4repo "
+             "--toolchain-archive FILE.tar.zst` (README: The P4 toolchain without internet)")
+    checks += _bmv2_checks(p4fix)
     checks.append(_which("simple_switch_CLI", p4fix))
     c = _which("p4c-bm2-ss", p4fix)
     c.required = False

@@ -1,6 +1,6 @@
 """`testbed image build|run`: the Docker image for machines without a hypervisor.
 
-Built from the repository's Dockerfile (which runs the same playbook as the Vagrant lab) with
+Built from the repository's Dockerfile (which runs setup.sh, as the Vagrant lab does) with
 the Docker SDK, so build progress streams into the terminal and a run's exit status comes back.
 """
 

@@ -1,8 +1,8 @@
 """`testbed provision`: run playbooks/site.yml on this machine through ansible-runner.
 
-The same playbook serves `vagrant up` (ansible_local), the Docker image and CI; this module only
-drives it locally, reports progress per task, and sums the run up so that a failure names the
-task that failed and what it said.
+setup.sh runs it on a bare machine, in the Vagrant VM, in the Docker image and in CI; this
+module only drives it locally, reports progress per task, and sums the run up so that a failure
+names the task that failed and what it said.
 """
 
 from __future__ import annotations
@@ -61,6 +61,15 @@ def _message(res: dict) -> str:
     return ": ".join(parts) or "failed"
 
 
+def _note(action: str, res: dict) -> str:
+    """What a debug task said (the role's own report: what is missing, where it comes from)."""
+    if not action.endswith("debug"):
+        return ""
+    items = res.get("results") or [res]
+    return "\n".join(str(r["msg"]).strip() for r in items
+                     if r.get("msg") and not r.get("skipped"))
+
+
 def run_playbook(
     playbook: Path = PLAYBOOK,
     *,
@@ -68,9 +77,10 @@ def run_playbook(
     tags: str | None = None,
     skip_tags: str | None = None,
     extravars: dict | None = None,
-    on_task: Callable[[str, str], None] | None = None,
+    on_task: Callable[[str, str, str], None] | None = None,
 ) -> ProvisionResult:
-    """Run ``playbook`` against localhost; ``on_task(name, outcome)`` is called as tasks end."""
+    """Run ``playbook`` against localhost; ``on_task(name, outcome, note)`` is called as tasks
+    end, ``note`` being what a debug task said ("" for other tasks)."""
     import ansible_runner  # heavy import: only when provisioning
 
     # ansible-runner starts ansible-playbook from the PATH: put this environment's first, so
@@ -99,7 +109,7 @@ def run_playbook(
                 result_events.append({"task": task, "host": data.get("host", ""),
                                       "message": _message(res)})
             if on_task:
-                on_task(task, outcome)
+                on_task(task, outcome, _note(data.get("task_action", ""), res))
         return True
 
     cmdline = []

@@ -64,6 +64,40 @@ def test_doctor_lists_every_check() -> None:
     assert r.returncode in (0, 1)
 
 
+def test_bmv2_build_tells_the_default_build_from_the_fast_one(tmp_path: Path) -> None:
+    from testbed.doctor import BMV2_LOGGING_MARKER, BMV2_NO_LOGGING_MARKER, bmv2_build
+
+    def binary(name: str, *strings: bytes) -> Path:
+        f = tmp_path / name
+        f.write_bytes(b"\x7fELF" + b"\0" * 5000 + b"\0".join(strings) + b"\0" * 100)
+        return f
+
+    assert bmv2_build(binary("default", b"[{}] [cxt {}] " + BMV2_LOGGING_MARKER + b" {}")) \
+        == "default"
+    assert bmv2_build(binary("fast", BMV2_NO_LOGGING_MARKER + b" when building")) == "fast"
+    # unoptimized, logging macros in: the warning's dead code stays, the packet log decides
+    assert bmv2_build(binary("O0", BMV2_NO_LOGGING_MARKER, BMV2_LOGGING_MARKER)) == "default"
+    assert bmv2_build(binary("other", b"Usage: SWITCH_NAME [options]")) == "unknown"
+    assert bmv2_build(binary("empty")) == "unknown"
+    (tmp_path / "zero").touch()
+    assert bmv2_build(tmp_path / "zero") == "unknown"
+    assert bmv2_build(tmp_path / "missing") == "unknown"
+
+
+def test_bmv2_build_of_the_installed_switches() -> None:
+    import shutil
+
+    from testbed.doctor import BMV2_FAST_PREFIX, bmv2_build
+
+    installed = shutil.which("simple_switch_grpc")
+    if installed is None:
+        pytest.skip("needs BMv2: simple_switch_grpc is not installed (see `testbed doctor`)")
+    assert bmv2_build(installed) in ("default", "fast")
+    fast = BMV2_FAST_PREFIX / "bin" / "simple_switch_grpc"
+    if fast.exists():  # the playbook's --bmv2-fast-archive
+        assert bmv2_build(fast) == "fast"
+
+
 @pytest.mark.bmv2
 def test_a_switch_that_fails_is_named_with_log_and_command(tmp_path: Path) -> None:
     """A second switch on a Thrift port already taken dies at start: reported by name, with

@@ -71,6 +71,37 @@ def test_a_failing_task_is_reported_by_name(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("option", ["--toolchain-archive", "--bmv2-fast-archive"])
+def test_a_missing_archive_is_named_in_one_line(option: str) -> None:
+    """The CLI checks the file before anything runs (and before asking for root)."""
+    r = subprocess.run([*CLI, "provision", "--check", "--skip-tags", "p4repo", option,
+                        "/nonexistent.tar.zst"], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == f"error: {option}: no such file /nonexistent.tar.zst", r.stderr
+
+
+@pytest.mark.root
+def test_an_archive_is_not_needed_where_the_toolchain_is_installed(tmp_path: Path) -> None:
+    """The archive source is wired through to the p4 role: with the toolchain already on the
+    PATH, --check with an archive installs nothing and never opens the archive."""
+    need_ansible()
+    for tool in ("simple_switch_grpc", "p4c-bm2-ss"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"needs the P4 toolchain installed: {tool} is not on the PATH")
+    archive = tmp_path / "p4toolchain-test.tar.zst"
+    archive.write_bytes(b"not an archive: unpacking it would fail")
+    r = subprocess.run([*CLI, "provision", "--check", "--tags", "p4", "--skip-tags", "p4repo",
+                        "--toolchain-archive", str(archive)], capture_output=True, text=True,
+                       timeout=600, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok  Say that the P4 toolchain is already present" in r.stderr, r.stderr
+    assert f"nothing to install; {archive} not needed" in r.stderr, r.stderr  # the role got it
+    for task in ("Say what is missing", "Look at the archive", "Unpack the archive"):
+        assert f"skipped  {task}" in r.stderr, r.stderr
+    assert "changed=0" in r.stderr and "failed=0" in r.stderr, r.stderr
+
+
 def test_playbook_passes_syntax_check_and_lint() -> None:
     playbook = need_ansible()
     r = subprocess.run([playbook, "--syntax-check", "-i",
