@@ -15,6 +15,8 @@ from traffic.packets import (
     ACK,
     CNP,
     SEND_MIDDLE,
+    SYNDROME_ACK,
+    SYNDROME_NAK_PSN_SEQ,
     WRITE_FIRST,
     WRITE_ONLY,
     Malformed,
@@ -148,3 +150,14 @@ def test_icrc_check_agrees_with_the_reference_on_damaged_frames() -> None:
         assert p.icrc_ok == (icrc(bytes(f[14:end - 4])) == f[end - 4:end]), i
         checked += 1
     assert checked > 2000
+
+
+def test_acks_carry_unlimited_credits_and_naks_their_code() -> None:
+    """An ACK's AETH syndrome is 0b000 + credit count 0b11111, as Linux rxe sends
+    (AETH_ACK_UNLIMITED); a NAK's is 0x60, PSN sequence error. Scapy's AETH reads them so."""
+    b = RoceFrameBuilder(*A)
+    assert SYNDROME_ACK == 0x1F and SYNDROME_NAK_PSN_SEQ == 0x60
+    ack = Ether(b.frame(ACK, 0x42, 5, ext=b.aeth(SYNDROME_ACK, 3)))
+    assert ack[AETH].syndrome == 0x1F and ack[AETH].syndrome >> 5 == 0 and ack[AETH].msn == 3
+    nak = Ether(b.frame(ACK, 0x42, 5, ext=b.aeth(SYNDROME_NAK_PSN_SEQ, 3)))
+    assert nak[AETH].syndrome == 0x60

@@ -37,9 +37,14 @@ FIRST_OPCODES = {SEND_FIRST, WRITE_FIRST}
 LAST_OPCODES = {SEND_LAST, SEND_ONLY, WRITE_LAST, WRITE_ONLY}
 RETH_OPCODES = {WRITE_FIRST, WRITE_ONLY}
 
-# AETH syndromes
-SYNDROME_ACK = 0x00  # with credit count 0 in the low 5 bits
-SYNDROME_NAK_PSN_SEQ = 0x60
+# AETH syndromes (IBA Vol. 1, 9.3.5 AETH): bits 7-5 say ACK (0b000), RNR NAK (0b001) or NAK
+# (0b011); the low 5 bits are the ACK's credit count or the NAK's code. Our responder has no
+# receive-queue credits to advertise, so its ACKs carry 0b11111 ("invalid credit count": the
+# requester is not limited by end-to-end credits), as Linux rxe's do (AETH_ACK_UNLIMITED in
+# drivers/infiniband/sw/rxe/rxe_hdr.h, sent by rxe_resp.c for every ACK).
+AETH_CREDITS_UNLIMITED = 0x1F
+SYNDROME_ACK = 0x00 | AETH_CREDITS_UNLIMITED
+SYNDROME_NAK_PSN_SEQ = 0x60  # NAK, PSN sequence error (rxe's AETH_NAK_PSN_SEQ_ERROR)
 
 DSCP_ROCE = 26
 DSCP_CNP = 48
