@@ -15,9 +15,11 @@ from scapy.compat import raw
 from scapy.utils import rdpcap
 
 from tests.hostpair import IPS, MACS, bridge_counts, host_pair
+from tests.test_packets import CORRUPTIONS
 from traffic.layers import BTH
 from traffic.packets import (
     ACK,
+    REJECT_REASONS,
     SEND_ONLY,
     WRITE_ONLY,
     RoceFrameBuilder,
@@ -220,6 +222,11 @@ def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
                   for _ in range(500)]
         fuzzed += [bytes(Ether(src=MACS["b"], dst=MACS["a"]) / ip / UDP(sport=50000, dport=4791)
                          / fuzz(BTH()) / (b"z" * 32)) for _ in range(500)]
+        # one frame per check of the strict receive path, each counted under its reason
+        before = a.call(cmd="stats")["stats"]
+        _send_raw(hp, "b", [corrupt(bytearray(good)) for _r, _w, corrupt in CORRUPTIONS])
+        time.sleep(0.5)
+        rejected = a.call(cmd="stats")["stats"]
         _send_raw(hp, "b", [bytes(trunc_fixed), bad_icrc, unknown_qp, wrong_opcode,
                             data_to_requester, *fuzzed])
         time.sleep(1.0)
@@ -227,10 +234,17 @@ def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
         # still alive and working
         a.call(cmd="post", qpn=0x100, kind="write", size=10_000)
         done = a.wait(all_idle, timeout=10)
+    for reason in REJECT_REASONS:
+        sent = sum(r == reason for r, _w, _c in CORRUPTIONS)
+        assert rejected["rx_rejected"][reason] - before["rx_rejected"][reason] == sent, reason
+    assert rejected["malformed"] == before["malformed"]
     assert st["malformed"] >= 3  # truncated BTH, unsupported opcode, data to a requester
     assert st["bad_icrc"] >= 1 and st["unknown_qp"] >= 1
-    # every one of the 1005 bad frames is counted as dropped for a reason
-    dropped = st["malformed"] + st["bad_icrc"] + st["unknown_qp"] + st["not_roce"]
-    assert st["frames_rx"] >= 1005 and dropped >= 1005, st
+    # every one of the bad frames (1005, and one per header check) is counted as dropped for a
+    # reason
+    dropped = (st["malformed"] + st["bad_icrc"] + st["unknown_qp"] + st["not_roce"]
+               + sum(st["rx_rejected"].values()))
+    assert st["frames_rx"] >= 1005 + len(CORRUPTIONS), st
+    assert dropped >= 1005 + len(CORRUPTIONS), st
     assert all_idle(done)
     assert done["qps"][str(0x100)]["bytes_acked"] == 10_000

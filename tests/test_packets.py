@@ -14,15 +14,18 @@ from traffic.layers import AETH, BTH, RETH, CNPPadding, scapy_roce
 from traffic.packets import (
     ACK,
     CNP,
+    REJECT_REASONS,
     SEND_MIDDLE,
     SYNDROME_ACK,
     SYNDROME_NAK_PSN_SEQ,
     WRITE_FIRST,
     WRITE_ONLY,
     Malformed,
+    Rejected,
     RoceFrameBuilder,
     crc32_combine,
     icrc,
+    ipv4_checksum,
     parse_pfc,
     parse_roce,
     pfc_frame,
@@ -31,6 +34,22 @@ from traffic.packets import (
 )
 
 A = ("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.1.1", "10.0.2.1", 50000)
+
+
+def fix_ip_checksum(f: bytearray) -> bytes:
+    """The frame with its IPv4 header checksum recomputed, as a router does after it rewrites
+    TTL or TOS (RFC 1624): a changed header that is still a valid one."""
+    ihl = (f[14] & 0x0F) * 4
+    f[24:26] = b"\x00\x00"
+    f[24:26] = struct.pack("!H", ipv4_checksum(bytes(f[14:14 + ihl])))
+    return bytes(f)
+
+
+def ce_mark(frame: bytes) -> bytes:
+    """What a switch's ECN marking does to a frame: TOS ECN bits to CE, checksum updated."""
+    f = bytearray(frame)
+    f[15] |= 3
+    return fix_ip_checksum(f)
 
 
 @pytest.mark.parametrize("payload_len", [0, 1, 3, 4, 100, 4096])
@@ -65,9 +84,8 @@ def test_parse_roundtrip_and_icrc_check() -> None:
     assert (p.opcode, p.dqpn, p.psn, p.ack_req, p.payload, p.icrc_ok) == (
         WRITE_ONLY, 0x42, 9, True, b"abcde", True)
     # ECN marking on the path keeps the ICRC valid (TOS is masked)
-    marked = bytearray(f)
-    marked[15] |= 3
-    assert parse_roce(bytes(marked)).icrc_ok
+    marked = ce_mark(f)
+    assert parse_roce(marked).icrc_ok and parse_roce(marked).ecn == 3
     bad = bytearray(f)
     bad[-6] ^= 1
     assert not parse_roce(bytes(bad)).icrc_ok
@@ -115,9 +133,7 @@ def test_a_known_payload_crc_gives_the_same_frame_and_the_same_icrc_check(payloa
 
     p = parse_roce(f, known)
     assert asked == [9] and p.icrc_ok and p.payload == payload
-    marked = bytearray(f)
-    marked[15] |= 3  # CE on the path: masked out of the ICRC
-    assert parse_roce(bytes(marked), known).icrc_ok
+    assert parse_roce(ce_mark(f), known).icrc_ok  # CE on the path: masked out of the ICRC
     for i in (14 + 20 + 8 + 3, len(f) - 1):  # the PSN; the ICRC itself
         bad = bytearray(f)
         bad[i] ^= 0x10
@@ -127,29 +143,133 @@ def test_a_known_payload_crc_gives_the_same_frame_and_the_same_icrc_check(payloa
 
 def test_icrc_check_agrees_with_the_reference_on_damaged_frames() -> None:
     """parse_roce checks the ICRC from cached pieces; icrc() is the reference it must agree with,
-    whatever byte of header, BTH, RETH, payload or ICRC is damaged."""
+    whatever byte of header, BTH, RETH, payload or ICRC is damaged. Damage to the IPv4 header
+    gets its checksum fixed, as a router would after rewriting it: else the header checksum
+    rejects the frame before its ICRC is looked at."""
     rng = random.Random(5)
     b = RoceFrameBuilder(*A)
     frames = [b.frame(WRITE_FIRST, 0x42, 9, bytes(range(200)), ext=b.reth(1, 2, 200)),
               b.frame(SEND_MIDDLE, 0x42, 10, b"abcde"), b.frame(ACK, 0x42, 11, ext=b.aeth(0, 1)),
               b.frame(CNP, 0x42, 0, b"\x00" * 16, becn=True)]
-    checked = 0
+    checked = rejected = 0
     for _ in range(3000):
         f = bytearray(rng.choice(frames))
         i = rng.randrange(15, len(f))
         f[i] ^= 1 << rng.randrange(8)
         if i in (16, 17, 23, 36, 37) or f[14] != 0x45:  # length, protocol, port, IHL: no RoCE
             continue
+        if 14 <= i < 34 and i not in (24, 25):
+            fix_ip_checksum(f)
         try:
             p = parse_roce(bytes(f))
-        except Malformed:
+        except Rejected:  # MF/offset, checksum, UDP length, TVer: refused before the ICRC
+            rejected += 1
             continue
         if p is None:
             continue
         end = 14 + struct.unpack("!H", f[16:18])[0]
         assert p.icrc_ok == (icrc(bytes(f[14:end - 4])) == f[end - 4:end]), i
         checked += 1
-    assert checked > 2000
+    assert checked > 2000 and rejected > 50
+
+
+def _reject_reason(frame: bytes) -> str | None:
+    """The reason parse_roce refuses ``frame`` with, or None if it parses."""
+    try:
+        parse_roce(frame)
+    except Rejected as exc:
+        return exc.reason
+    return None
+
+
+def _set(f: bytearray, at: int, fmt: str, value: int) -> bytearray:
+    struct.pack_into(fmt, f, at, value)
+    return f
+
+
+def _with_ip_option(frame: bytes) -> bytes:
+    """The frame with a 4-byte IPv4 option (four NOPs, RFC 791) and every length and checksum
+    made consistent with it: wrong only in carrying options."""
+    f = bytearray(frame[:34] + b"\x01\x01\x01\x01" + frame[34:])
+    f[14] = 0x46
+    struct.pack_into("!H", f, 16, struct.unpack_from("!H", f, 16)[0] + 4)
+    return fix_ip_checksum(f)
+
+
+#: One field of a good frame broken, and the reason a NIC's receive path refuses it for. The
+#: IPv4 header's checksum is fixed after each change (but the checksum's own cases), so the
+#: frame is wrong in that one field only.
+CORRUPTIONS = [
+    ("ip_version", "version 6", lambda f: fix_ip_checksum(_set(f, 14, "!B", 0x65))),
+    ("ip_ihl", "IHL 4", lambda f: fix_ip_checksum(_set(f, 14, "!B", 0x44))),
+    ("ip_ihl", "options", lambda f: _with_ip_option(bytes(f))),
+    ("ip_checksum", "checksum bit flipped", lambda f: bytes(_set(f, 25, "!B", f[25] ^ 0x80))),
+    ("ip_checksum", "TTL rewritten, checksum not", lambda f: bytes(_set(f, 22, "!B", 63))),
+    ("ip_fragment", "MF set", lambda f: fix_ip_checksum(_set(f, 20, "!H", 0x2000))),
+    ("ip_fragment", "offset 185", lambda f: fix_ip_checksum(_set(f, 20, "!H", 185))),
+    ("udp_port", "port 4792", lambda f: bytes(_set(f, 36, "!H", 4792))),
+    ("udp_length", "UDP length + 4", lambda f: bytes(_set(f, 38, "!H", f[38] << 8 | f[39] + 4))),
+    ("udp_length", "UDP length - 4", lambda f: bytes(_set(f, 38, "!H", (f[38] << 8 | f[39]) - 4))),
+    ("bth_tver", "TVer 1", lambda f: bytes(_set(f, 43, "!B", f[43] | 1))),
+]
+
+
+def _good_frames() -> dict[str, bytes]:
+    b = RoceFrameBuilder(*A)
+    return {"write": b.frame(WRITE_FIRST, 0x42, 9, b"abcdefg", ext=b.reth(1, 2, 7)),
+            "ack": b.frame(ACK, 0x42, 11, ext=b.aeth(SYNDROME_ACK, 1)),
+            "cnp": RoceFrameBuilder(*A, dscp=48).frame(CNP, 0x42, 0, b"\x00" * 16, becn=True)}
+
+
+@pytest.mark.parametrize("kind", ["write", "ack", "cnp"])
+@pytest.mark.parametrize(("reason", "what", "corrupt"), CORRUPTIONS,
+                         ids=[f"{r}-{w}" for r, w, _ in CORRUPTIONS])
+def test_a_frame_a_nic_drops_is_rejected_with_its_reason(kind, reason, what, corrupt) -> None:
+    """Each check of the strict receive path, alone: the good frame parses (and its header is
+    cached as valid), the frame broken in one field is refused for that field's reason, every
+    time (nothing invalid is cached), and the good frame still parses."""
+    assert reason in REJECT_REASONS
+    good = _good_frames()[kind]
+    assert parse_roce(good).icrc_ok
+    bad = corrupt(bytearray(good))
+    assert bad != good
+    with pytest.raises(Rejected) as exc:
+        parse_roce(bad)
+    assert exc.value.reason == reason and not isinstance(exc.value, Malformed), what
+    assert _reject_reason(bad) == reason  # again: the refusal was not cached as valid
+    p = parse_roce(good)
+    assert p is not None and p.icrc_ok
+
+
+def test_what_a_nic_accepts_or_leaves_to_the_host_is_not_rejected() -> None:
+    """The checks refuse no more than they should: a datagram without DF is not a fragment, a
+    CE-marked frame with its checksum updated is good, and IPv4 that is not UDP, or a frame
+    that is not IPv4, is not RoCE (None, not rejected)."""
+    good = _good_frames()["write"]
+    # DF clear: not a fragment (the ICRC covers the flags, so it fails: not the point here)
+    assert _reject_reason(fix_ip_checksum(_set(bytearray(good), 20, "!H", 0))) is None
+    assert parse_roce(ce_mark(good)).icrc_ok
+    tcp = fix_ip_checksum(_set(bytearray(good), 23, "!B", 6))
+    assert parse_roce(tcp) is None
+    arp = good[:12] + b"\x08\x06" + good[14:]
+    assert parse_roce(arp) is None
+    assert parse_roce(pfc_frame(A[0], {3: 1})) is None
+    # a header check on a frame with a bad IPv4 checksum, even one not UDP, comes first
+    assert _reject_reason(bytes(_set(bytearray(tcp), 22, "!B", 1))) == "ip_checksum"
+
+
+def test_a_truncated_frame_is_malformed_not_rejected() -> None:
+    """Malformed keeps its meaning (RoCEv2 by its headers, but broken): the endpoint counts it
+    apart from the header checks' rejections."""
+    good = _good_frames()["write"]
+    with pytest.raises(Malformed) as exc:
+        parse_roce(good[:-8])  # shorter than its IPv4 total length
+    assert exc.value.reason == "malformed"
+    short = bytearray(good[:14 + 20 + 8 + 8])  # lengths agree, too short for BTH and ICRC
+    struct.pack_into("!H", short, 16, 20 + 8 + 8)
+    struct.pack_into("!H", short, 38, 8 + 8)
+    with pytest.raises(Malformed):
+        parse_roce(fix_ip_checksum(short))
 
 
 def test_acks_carry_unlimited_credits_and_naks_their_code() -> None:
@@ -161,3 +281,24 @@ def test_acks_carry_unlimited_credits_and_naks_their_code() -> None:
     assert ack[AETH].syndrome == 0x1F and ack[AETH].syndrome >> 5 == 0 and ack[AETH].msn == 3
     nak = Ether(b.frame(ACK, 0x42, 5, ext=b.aeth(SYNDROME_NAK_PSN_SEQ, 3)))
     assert nak[AETH].syndrome == 0x60
+
+
+def test_the_endpoint_counts_each_rejection_under_its_reason() -> None:
+    """The endpoint's frame handler (alone: no sockets, so no root) counts a refused frame once,
+    under ``rx_rejected[reason]``, a Malformed one under ``malformed`` only, and a good frame to
+    no QP under ``unknown_qp``."""
+    from traffic.endpoint import Endpoint, EndpointStats
+
+    ep = Endpoint.__new__(Endpoint)  # _on_frame needs only the counters and the QP table
+    ep.stats, ep.qps = EndpointStats(), {}
+    expected = dict.fromkeys(REJECT_REASONS, 0)
+    for good in _good_frames().values():
+        for reason, _what, corrupt in CORRUPTIONS:
+            ep._on_frame(corrupt(bytearray(good)), 0.0)
+            expected[reason] += 1
+        ep._on_frame(good, 0.0)
+    ep._on_frame(good[:-8], 0.0)  # truncated: Malformed
+    st = ep.stats
+    assert st.rx_rejected == expected and set(expected) == set(REJECT_REASONS)
+    assert (st.malformed, st.unknown_qp, st.not_roce, st.bad_icrc) == (1, 3, 0, 0)
+    assert st.frames_rx == 3 * len(CORRUPTIONS) + 3 + 1
