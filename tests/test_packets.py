@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+import shutil
 import struct
+import subprocess
 import zlib
+from pathlib import Path
 
 import pytest
 from scapy.compat import raw
@@ -15,10 +18,15 @@ from traffic.packets import (
     ACK,
     CNP,
     REJECT_REASONS,
+    SEND_FIRST,
+    SEND_LAST,
     SEND_MIDDLE,
+    SEND_ONLY,
     SYNDROME_ACK,
     SYNDROME_NAK_PSN_SEQ,
     WRITE_FIRST,
+    WRITE_LAST,
+    WRITE_MIDDLE,
     WRITE_ONLY,
     Malformed,
     Rejected,
@@ -281,6 +289,75 @@ def test_acks_carry_unlimited_credits_and_naks_their_code() -> None:
     assert ack[AETH].syndrome == 0x1F and ack[AETH].syndrome >> 5 == 0 and ack[AETH].msn == 3
     nak = Ether(b.frame(ACK, 0x42, 5, ext=b.aeth(SYNDROME_NAK_PSN_SEQ, 3)))
     assert nak[AETH].syndrome == 0x60
+
+
+def _tshark(pcap: Path, *fields: str) -> list[list[str]]:
+    """tshark's fields per frame, with RPC-over-RDMA off: Wireshark tries its heuristic on every
+    SEND payload and calls a short one "Malformed: RPCoRDMA". We send no RPC-over-RDMA."""
+    r = subprocess.run(["tshark", "--disable-protocol", "rpcordma", "-r", str(pcap), "-T",
+                        "fields", "-E", "separator=|", "-E", "occurrence=f",
+                        *(x for f in fields for x in ("-e", f))],
+                       capture_output=True, text=True, check=True)
+    assert "No such protocol" not in r.stderr, r.stderr
+    return [ln.split("|") for ln in r.stdout.splitlines()]
+
+
+def test_every_kind_of_frame_dissects_in_tshark(tmp_path: Path) -> None:
+    """Wireshark's dissectors are an independent reading of the IBA and 802.1Qbb formats: every
+    kind of frame the endpoint sends decodes with the fields we meant and nothing malformed."""
+    if shutil.which("tshark") is None:
+        pytest.skip("needs tshark (apt install tshark)")
+    from scapy.utils import wrpcap
+
+    b = RoceFrameBuilder(*A)
+    cnp = RoceFrameBuilder(*A, dscp=48).frame(CNP, 0x42, 0, b"\x00" * 16, becn=True)
+    # (frame, opcode, PSN, payload length) for RoCE; short SEND payloads are the ones the
+    # RPC-over-RDMA heuristic misreads
+    roce = [(b.frame(SEND_FIRST, 0x42, 1, b"ab"), SEND_FIRST, 1, 2),
+            (b.frame(SEND_MIDDLE, 0x42, 2, b"abc"), SEND_MIDDLE, 2, 3),
+            (b.frame(SEND_LAST, 0x42, 3, b"abcd", ack_req=True), SEND_LAST, 3, 4),
+            (b.frame(SEND_ONLY, 0x42, 4, b"x", ack_req=True), SEND_ONLY, 4, 1),
+            (b.frame(WRITE_FIRST, 0x42, 5, b"abcde", ext=b.reth(0x1000, 7, 12)), WRITE_FIRST,
+             5, 5),
+            (b.frame(WRITE_MIDDLE, 0x42, 6, b"ab"), WRITE_MIDDLE, 6, 2),
+            (b.frame(WRITE_LAST, 0x42, 7, b"abcde", ack_req=True), WRITE_LAST, 7, 5),
+            (b.frame(WRITE_ONLY, 0x42, 8, b"z", ext=b.reth(0x2000, 7, 1)), WRITE_ONLY, 8, 1),
+            (b.frame(ACK, 0x42, 9, ext=b.aeth(SYNDROME_ACK, 3)), ACK, 9, 0),
+            (b.frame(ACK, 0x42, 10, ext=b.aeth(SYNDROME_NAK_PSN_SEQ, 3)), ACK, 10, 0),
+            (cnp, CNP, 0, 16)]
+    pfc = pfc_frame(A[0], {3: 1000, 6: 0})
+    pcap = tmp_path / "frames.pcap"
+    wrpcap(str(pcap), [Ether(f) for f, *_ in roce] + [Ether(pfc)])
+    rows = _tshark(pcap, "frame.protocols", "_ws.malformed", "infiniband.bth.opcode",
+                   "infiniband.bth.psn", "infiniband.bth.destqp", "infiniband.bth.tver",
+                   "infiniband.bth.padcnt", "infiniband.bth.a", "infiniband.reth.dmalen",
+                   "infiniband.aeth.syndrome.opcode", "infiniband.aeth.syndrome.credit_count",
+                   "infiniband.aeth.syndrome.error_code", "infiniband.aeth.msn",
+                   "infiniband.invariant.crc", "ip.dsfield.dscp", "macc.opcode",
+                   "macc.cbfc.enbv", "macc.cbfc.pause_time.c3", "macc.cbfc.pause_time.c6")
+    assert len(rows) == len(roce) + 1
+    assert not any(r[1] or "malformed" in r[0] for r in rows), rows
+    for (frame, opcode, psn, plen), r in zip(roce, rows[:-1], strict=True):
+        (protos, _, op, tpsn, dqp, tver, padcnt, a, dmalen, aeth_op, credits, err, msn, crc,
+         dscp) = r[:15]
+        assert protos.startswith("eth:ethertype:ip:udp:infiniband"), protos
+        assert (int(op), int(tpsn), int(dqp, 16), int(tver)) == (opcode, psn, 0x42, 0)
+        assert int(dscp) == (48 if opcode == CNP else 26)
+        if opcode != CNP:  # Wireshark 4.0 knows no CNP: its pad and ICRC are "vendor data"
+            assert int(padcnt) == -plen & 3
+            assert int(crc, 16) in struct.unpack("<I", frame[-4:]) + struct.unpack(">I",
+                                                                                 frame[-4:])
+        ack_req = opcode in (SEND_LAST, SEND_ONLY, WRITE_LAST)
+        assert a == ("1" if ack_req else "0") or a == str(ack_req), a
+        if opcode in (WRITE_FIRST, WRITE_ONLY):
+            assert int(dmalen) == (12 if opcode == WRITE_FIRST else 1)
+        if opcode == ACK and psn == 9:  # ACK, 31 credits: "unlimited"
+            assert (int(aeth_op), int(credits), int(msn)) == (0, 31, 3)
+        elif opcode == ACK:  # NAK (opcode 3), code 0: PSN sequence error
+            assert (int(aeth_op), int(err), int(msn)) == (3, 0, 3)
+    *_, mac_op, enbv, c3, c6 = rows[-1]
+    assert rows[-1][0] == "eth:ethertype:macc"
+    assert (int(mac_op, 16), int(enbv, 16), int(c3), int(c6)) == (0x0101, 0x48, 1000, 0)
 
 
 def test_the_endpoint_counts_each_rejection_under_its_reason() -> None:
