@@ -40,6 +40,7 @@ from pathlib import Path
 
 from testbed.ports import NUM_TCS, PortGates, PortSpec, TcBatch
 from testbed.tcstats import QdiscReader
+from traffic.packets import parse_pfc
 
 ETH_P_PFC = 0x8808
 ETH_P_TICK = 0x88B6
@@ -158,15 +159,6 @@ def tick_frame(src_mac: str, port: int, tc: int, backlog: int) -> bytes:
     body = struct.pack("!HBI", port, tc, min(backlog, 0xFFFFFFFF))
     f = dst + src + struct.pack("!H", ETH_P_TICK) + body
     return f + b"\x00" * (60 - len(f))
-
-
-def parse_pfc(frame: bytes) -> dict[int, int] | None:
-    if len(frame) < 34 or frame[12:14] != b"\x88\x08":
-        return None
-    op, vector, *times = struct.unpack("!HH8H", frame[14:34])
-    if op != 0x0101:
-        return None
-    return {c: times[c] for c in range(8) if vector >> c & 1}
 
 
 def pfc_socket(ifname: str) -> socket.socket:

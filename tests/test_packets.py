@@ -111,6 +111,16 @@ def test_pfc_frame() -> None:
     assert c.c3_enabled == 1 and c.c3_pause_time == 1000 and c.c6_enabled == 1
     assert c.c0_enabled == 0 and p.dst == "01:80:c2:00:00:01"
     assert parse_pfc(f) == {3: 1000, 6: 0}
+    pause = f[:14] + b"\x00\x01" + f[16:]  # 802.3x PAUSE (opcode 0x0001): not PFC
+    assert parse_pfc(pause) is None and parse_pfc(f[:33]) is None
+    assert parse_pfc(RoceFrameBuilder(*A).frame(ACK, 1, 1, ext=b"\x00" * 4)) is None
+
+
+def test_one_pfc_parser_for_the_endpoint_and_the_switch_agent() -> None:
+    import testbed.agent
+    import traffic.endpoint
+
+    assert testbed.agent.parse_pfc is traffic.endpoint.parse_pfc is parse_pfc
 
 
 def test_psn_serial_arithmetic() -> None:

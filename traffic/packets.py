@@ -303,7 +303,12 @@ class Malformed(Rejected):
 
 
 def parse_pfc(frame: bytes) -> dict[int, int] | None:
-    """Class -> quanta for a PFC frame, or None if the frame is not PFC."""
+    """Class -> quanta for a PFC frame, or None if the frame is not PFC.
+
+    The one PFC parser: the endpoint (PFC from its leaf) and the switch agent (PFC arriving on
+    or leaving a switch port, testbed.agent) both read frames with it. IEEE 802.1Qbb: MAC
+    Control opcode 0x0101, a class-enable vector, then eight pause times in quanta.
+    """
     if len(frame) < 14 + 20 or frame[12] != 0x88 or frame[13] != 0x08:
         return None
     opcode, vector, *times = struct.unpack_from("!HH8H", frame, 14)
