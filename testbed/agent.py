@@ -42,6 +42,7 @@ from pathlib import Path
 
 from testbed.ports import NUM_TCS, ClassStats, PortGates, PortSpec, TcBatch
 from testbed.tcstats import QdiscReader
+from traffic.packets import parse_pfc
 
 ETH_P_PFC = 0x8808
 ETH_P_TICK = 0x88B6
@@ -198,15 +199,6 @@ def released_bytes(st: ClassStats, max_frame: int) -> int:
     already a failure the run reports."""
     mean = st.sent_bytes // st.sent_packets if st.sent_packets else max_frame
     return st.sent_bytes + st.drops * mean
-
-
-def parse_pfc(frame: bytes) -> dict[int, int] | None:
-    if len(frame) < 34 or frame[12:14] != b"\x88\x08":
-        return None
-    op, vector, *times = struct.unpack("!HH8H", frame[14:34])
-    if op != 0x0101:
-        return None
-    return {c: times[c] for c in range(8) if vector >> c & 1}
 
 
 def pfc_socket(ifname: str) -> socket.socket:

@@ -136,9 +136,12 @@ def test_image_build_without_docker_engine_is_a_clear_error() -> None:
 def test_results_doc_names_every_column() -> None:
     from testbed.agent import EVENT_COLUMNS, TELEMETRY_COLUMNS
     from testbed.cpuload import CPU_COLUMNS
-    from traffic.endpoint import MESSAGE_COLUMNS, QP_COLUMNS
+    from traffic.endpoint import MESSAGE_COLUMNS, QP_COLUMNS, STATS_COLUMNS, EndpointStats
 
     doc = (Path(__file__).parent.parent / "docs" / "RESULTS.md").read_text()
-    for cols in (TELEMETRY_COLUMNS, EVENT_COLUMNS, QP_COLUMNS, MESSAGE_COLUMNS, CPU_COLUMNS):
+    # the stats command's counters: each documented, and the list is the dataclass's fields
+    assert [n for n, _ in STATS_COLUMNS] == list(EndpointStats.__dataclass_fields__)
+    for cols in (TELEMETRY_COLUMNS, EVENT_COLUMNS, QP_COLUMNS, MESSAGE_COLUMNS, STATS_COLUMNS,
+                 CPU_COLUMNS):
         for name, meaning in cols:
             assert f"| `{name}` | {meaning} |" in doc, name

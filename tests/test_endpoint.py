@@ -15,10 +15,18 @@ from scapy.compat import raw
 from scapy.utils import rdpcap
 
 from tests.hostpair import IPS, MACS, bridge_counts, host_pair
+from tests.test_packets import CORRUPTIONS
 from traffic.layers import BTH
 from traffic.packets import (
     ACK,
+    REJECT_REASONS,
+    SEND_FIRST,
+    SEND_LAST,
+    SEND_MIDDLE,
     SEND_ONLY,
+    WRITE_FIRST,
+    WRITE_LAST,
+    WRITE_MIDDLE,
     WRITE_ONLY,
     RoceFrameBuilder,
     pfc_frame,
@@ -53,8 +61,8 @@ def test_10mb_on_4_qps_every_byte_once_in_order_and_tshark_clean(tmp_path: Path)
         time.sleep(0.5)
         a, b = hp.endpoint("a"), hp.endpoint("b")
         qps = setup_qps(a, b, 4)
-        for q in qps:
-            a.call(cmd="post", qpn=q, kind="write", size=250_000, count=10)
+        for i, q in enumerate(qps):  # WRITEs on two QPs, SENDs on two
+            a.call(cmd="post", qpn=q, kind="write" if i < 2 else "send", size=250_000, count=10)
         st = a.wait(all_idle, timeout=60)
         assert all_idle(st), st
         bs = b.call(cmd="stats")
@@ -67,18 +75,25 @@ def test_10mb_on_4_qps_every_byte_once_in_order_and_tshark_clean(tmp_path: Path)
         s = st["qps"][str(q)]
         assert s["bytes_acked"] == 2_500_000 and s["messages_completed"] == 10
     assert sum(st["qps"][str(q)]["bytes_acked"] for q in qps) == 10 * MB
-    # tshark: every frame dissects as InfiniBand over UDP 4791, nothing malformed, ICRC good
-    r = subprocess.run(["tshark", "-r", str(cap), "-T", "fields", "-e", "frame.protocols",
-                        "-e", "_ws.malformed", "-e", "_ws.expert.severity"],
+    # tshark: every frame dissects as InfiniBand over UDP 4791, nothing malformed, ICRC good.
+    # RPC-over-RDMA off: Wireshark tries its heuristic on SEND payloads and reports the ones it
+    # misreads as "Malformed: RPCoRDMA"; we send none (tests/test_packets.py says more).
+    tshark = ["tshark", "--disable-protocol", "rpcordma", "-r", str(cap), "-T", "fields"]
+    r = subprocess.run([*tshark, "-e", "frame.protocols", "-e", "_ws.malformed", "-e",
+                        "_ws.expert.severity", "-e", "infiniband.bth.opcode"],
                        capture_output=True, text=True)
+    assert "No such protocol" not in r.stderr, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     assert len(lines) > 2500
     assert all("infiniband" in ln for ln in lines), lines[:3]
-    assert not any("malformed" in ln for ln in lines)
+    assert not any("malformed" in ln.lower() for ln in lines)
+    opcodes = {int(ln.split("\t")[3]) for ln in lines}
+    assert {SEND_FIRST, SEND_MIDDLE, SEND_LAST, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST,
+            ACK} <= opcodes, opcodes
     # ICRC: tshark shows it but does not check it, so recompute each one with Scapy's reference
     # implementation and check it equals the value tshark decoded
-    r2 = subprocess.run(["tshark", "-r", str(cap), "-T", "fields", "-e",
-                         "infiniband.invariant.crc"], capture_output=True, text=True)
+    r2 = subprocess.run([*tshark, "-e", "infiniband.invariant.crc"], capture_output=True,
+                        text=True)
     tshark_crcs = [int(x, 16) for x in r2.stdout.split()]
     frames = rdpcap(str(cap))
     assert len(tshark_crcs) == len(frames) == len(lines)
@@ -220,6 +235,11 @@ def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
                   for _ in range(500)]
         fuzzed += [bytes(Ether(src=MACS["b"], dst=MACS["a"]) / ip / UDP(sport=50000, dport=4791)
                          / fuzz(BTH()) / (b"z" * 32)) for _ in range(500)]
+        # one frame per check of the strict receive path, each counted under its reason
+        before = a.call(cmd="stats")["stats"]
+        _send_raw(hp, "b", [corrupt(bytearray(good)) for _r, _w, corrupt in CORRUPTIONS])
+        time.sleep(0.5)
+        rejected = a.call(cmd="stats")["stats"]
         _send_raw(hp, "b", [bytes(trunc_fixed), bad_icrc, unknown_qp, wrong_opcode,
                             data_to_requester, *fuzzed])
         time.sleep(1.0)
@@ -227,10 +247,17 @@ def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
         # still alive and working
         a.call(cmd="post", qpn=0x100, kind="write", size=10_000)
         done = a.wait(all_idle, timeout=10)
+    for reason in REJECT_REASONS:
+        sent = sum(r == reason for r, _w, _c in CORRUPTIONS)
+        assert rejected["rx_rejected"][reason] - before["rx_rejected"][reason] == sent, reason
+    assert rejected["malformed"] == before["malformed"]
     assert st["malformed"] >= 3  # truncated BTH, unsupported opcode, data to a requester
     assert st["bad_icrc"] >= 1 and st["unknown_qp"] >= 1
-    # every one of the 1005 bad frames is counted as dropped for a reason
-    dropped = st["malformed"] + st["bad_icrc"] + st["unknown_qp"] + st["not_roce"]
-    assert st["frames_rx"] >= 1005 and dropped >= 1005, st
+    # every one of the bad frames (1005, and one per header check) is counted as dropped for a
+    # reason
+    dropped = (st["malformed"] + st["bad_icrc"] + st["unknown_qp"] + st["not_roce"]
+               + sum(st["rx_rejected"].values()))
+    assert st["frames_rx"] >= 1005 + len(CORRUPTIONS), st
+    assert dropped >= 1005 + len(CORRUPTIONS), st
     assert all_idle(done)
     assert done["qps"][str(0x100)]["bytes_acked"] == 10_000

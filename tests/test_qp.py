@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 from traffic.packets import (
+    ACK,
+    SYNDROME_ACK,
     SYNDROME_NAK_PSN_SEQ,
     WRITE_FIRST,
     WRITE_LAST,
@@ -89,7 +91,7 @@ def test_nak_once_per_gap_and_duplicates_reacked() -> None:
     assert resp.on_data(parse_roce(frames[3])) is None  # silent drop after the NAK
     resp.on_data(parse_roce(frames[1]))
     dup = resp.on_data(parse_roce(frames[0]))
-    assert dup == (0, 1, 0) and resp.stats.duplicates == 1
+    assert dup == (SYNDROME_ACK, 1, 0) and resp.stats.duplicates == 1
 
 
 def test_timeout_resends_when_everything_is_lost() -> None:
@@ -118,3 +120,19 @@ def test_receive_fast_path_still_checks_payload_and_icrc() -> None:
     assert p.icrc_ok
     resp.on_data(p)
     assert resp.stats.corrupt == 1
+
+
+def test_acks_say_unlimited_credits_as_rxe_and_any_credit_count_is_an_ack() -> None:
+    """The responder's ACKs, coalesced or for a duplicate, carry syndrome 0x1F (ACK, credit
+    count 0b11111), as rxe's do (AETH_ACK_UNLIMITED); its NAK stays 0x60. The requester reads
+    the top three bits, so an ACK with any credit count, 0 as a NIC with credits sends, counts."""
+    req, resp = Requester(1, 2, B, mtu=100), Responder(2, 1, ack_every=2)
+    req.post("write", 400, 0.0)
+    frames = [req.next_frame(0.0)[0] for _ in range(4)]
+    replies = [resp.on_data(parse_roce(f)) for f in frames[:2]]
+    assert replies == [None, (0x1F, 1, 0)]
+    assert resp.on_data(parse_roce(frames[0])) == (0x1F, 1, 0)  # duplicate: ACKed again
+    assert resp.on_data(parse_roce(frames[3]))[0] == SYNDROME_NAK_PSN_SEQ == 0x60
+    for credits, psn in ((0x1F, 0), (0x00, 1)):
+        req.on_ack(parse_roce(ACKB.frame(ACK, 1, psn, ext=ACKB.aeth(credits, 0))), 0.0)
+    assert req.stats.acks == 2 and len(req.unacked) == 2 and req.stats.naks == 0

@@ -36,8 +36,10 @@ from traffic.packets import (
     DATA_OPCODES,
     DSCP_CNP,
     ECN_CE,
+    REJECT_REASONS,
     Malformed,
     ParsedRoce,
+    Rejected,
     RoceFrameBuilder,
     parse_pfc,
     parse_roce,
@@ -137,14 +139,41 @@ class EndpointConfig:
     t0_monotonic: float | None = None  # origin of t_s; the testbed passes the run's
 
 
+#: The endpoint-wide counters of the ``stats`` command (its ``"stats"`` object), in the order of
+#: :class:`EndpointStats`. Every received frame is counted once in ``frames_rx`` and, if it is
+#: dropped, once in exactly one of not_roce, rx_rejected, malformed, bad_icrc, unknown_qp,
+#: rx_dropped.
+STATS_COLUMNS = [
+    ("frames_rx", "frames received (PFC included)"),
+    ("frames_tx", "frames sent"),
+    ("malformed", "RoCEv2 frames dropped as broken: truncated, an opcode the endpoint does not "
+                  "implement, or a data opcode to a requester / an ACK or CNP to a responder"),
+    ("bad_icrc", "RoCEv2 frames dropped for a wrong ICRC"),
+    ("unknown_qp", "RoCEv2 frames to a QP number this endpoint does not have"),
+    ("not_roce", "frames that are neither PFC nor IPv4/UDP (ARP, IPv6, TCP...): ignored"),
+    ("rx_rejected", "frames dropped by the receive path's header checks, as a RoCE NIC drops "
+                    "them, by reason: ip_version, ip_ihl (options), ip_checksum, ip_fragment, "
+                    "udp_port (UDP not to 4791), udp_length (disagrees with IPv4's), bth_tver"),
+    ("pfc_rx", "PFC frames received"),
+    ("pfc_tx", "PFC frames sent (slow-receiver or storm fault)"),
+    ("cnps_sent", "CNPs sent"),
+    ("cnps_received", "CNPs received"),
+    ("rx_dropped", "data frames a slow receiver dropped because its queue was full"),
+    ("send_errors", "frames the socket refused (ENOBUFS while the qdisc is full)"),
+]
+
+
 @dataclass
 class EndpointStats:
+    """Endpoint-wide counters; :data:`STATS_COLUMNS` says what each counts."""
+
     frames_rx: int = 0
     frames_tx: int = 0
     malformed: int = 0
     bad_icrc: int = 0
     unknown_qp: int = 0
     not_roce: int = 0
+    rx_rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
     pfc_rx: int = 0
     pfc_tx: int = 0
     cnps_sent: int = 0
@@ -338,6 +367,10 @@ class Endpoint:
         except Malformed as exc:
             self.stats.malformed += 1
             log.debug("malformed: %s", exc)
+            return
+        except Rejected as exc:  # a header check a NIC makes (packets.REJECT_REASONS)
+            self.stats.rx_rejected[exc.reason] += 1
+            log.debug("rejected (%s): %s", exc.reason, exc)
             return
         if p is None:
             self.stats.not_roce += 1

@@ -10,6 +10,11 @@ The ICRC over a 4 KiB payload is the most expensive step of a send or a receive 
 zlib per pass). Both sides usually know the payload's CRC already, because the payload is a
 fixed pattern (:mod:`traffic.qp`), so they may pass it in and the ICRC is finished with
 :func:`crc32_combine` (a few table lookups) instead of a pass over the payload.
+
+The receive path is as strict as a RoCE NIC's (:data:`REJECT_REASONS`: IPv4 version, options,
+header checksum, fragments, UDP port and length, BTH version) at no cost per frame: the IPv4
+and UDP checks run once per distinct header, which is then cached with its share of the ICRC,
+the lookup the ICRC needed anyway.
 """
 
 from __future__ import annotations
@@ -37,15 +42,24 @@ FIRST_OPCODES = {SEND_FIRST, WRITE_FIRST}
 LAST_OPCODES = {SEND_LAST, SEND_ONLY, WRITE_LAST, WRITE_ONLY}
 RETH_OPCODES = {WRITE_FIRST, WRITE_ONLY}
 
-# AETH syndromes
-SYNDROME_ACK = 0x00  # with credit count 0 in the low 5 bits
-SYNDROME_NAK_PSN_SEQ = 0x60
+# AETH syndromes (IBA Vol. 1, 9.3.5 AETH): bits 7-5 say ACK (0b000), RNR NAK (0b001) or NAK
+# (0b011); the low 5 bits are the ACK's credit count or the NAK's code. Our responder has no
+# receive-queue credits to advertise, so its ACKs carry 0b11111 ("invalid credit count": the
+# requester is not limited by end-to-end credits), as Linux rxe's do (AETH_ACK_UNLIMITED in
+# drivers/infiniband/sw/rxe/rxe_hdr.h, sent by rxe_resp.c for every ACK).
+AETH_CREDITS_UNLIMITED = 0x1F
+SYNDROME_ACK = 0x00 | AETH_CREDITS_UNLIMITED
+SYNDROME_NAK_PSN_SEQ = 0x60  # NAK, PSN sequence error (rxe's AETH_NAK_PSN_SEQ_ERROR)
 
 DSCP_ROCE = 26
 DSCP_CNP = 48
 ECN_ECT0 = 0b10
 ECN_CE = 0b11
 
+#: The only IPv4 header a RoCEv2 frame has: version 4, IHL 5 (no options).
+IPV4_VER_IHL = 0x45
+#: IPv4 flags and fragment offset: MF and the 13 offset bits (DF and the reserved bit are not).
+IPV4_MF_OFFSET = 0x3FFF
 BTH_LEN = 12
 RETH_LEN = 16
 AETH_LEN = 4
@@ -55,7 +69,6 @@ PSN_MASK = 0xFFFFFF
 _BTH = struct.Struct("!BBHII")
 _BTH_FIELDS = struct.Struct("!BBHBBBBI")
 _ICRC = struct.Struct("<I")
-_UDP_PORTS = struct.Struct("!HH")
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _PAD = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
@@ -259,12 +272,48 @@ class ParsedRoce:
         return socket.inet_ntoa(self.addrs[4:])
 
 
-class Malformed(ValueError):
-    """A frame that claims to be RoCEv2 but cannot be one; the reason is the message."""
+#: Why :func:`parse_roce` refuses a frame that reached its IPv4 or RoCE checks; the checks of a
+#: RoCE NIC's receive path, which drops such frames before its transport sees them. The endpoint
+#: counts each (``rx_rejected`` in its ``stats``).
+REJECT_REASONS = (
+    "ip_version",   # EtherType IPv4, version not 4 (RFC 791; Linux ip_rcv drops it too)
+    "ip_ihl",       # IHL not 5: under 5 is no IPv4 header; over 5, options, which RoCEv2 never
+                    # sends and rxe's ICRC assumes away (rxe_icrc.c masks a 20-byte header)
+    "ip_checksum",  # IPv4 header checksum wrong (RFC 791, RFC 1071)
+    "ip_fragment",  # a UDP fragment (MF set or offset > 0): RoCEv2 is sent with DF, never in
+                    # pieces, and a NIC does not reassemble
+    "udp_port",     # UDP, but not to 4791 (IBA Annex A17, RoCEv2): not for the RoCE engine
+    "udp_length",   # UDP length disagrees with the IPv4 total length (RFC 768)
+    "bth_tver",     # BTH transport header version not 0 (IBA 9.2; rxe_recv.c hdr_check)
+)
+#: The reason every :class:`Malformed` carries: RoCEv2 by its headers, yet truncated or of an
+#: opcode this endpoint does not implement. Counted apart (``malformed`` in the stats).
+MALFORMED = "malformed"
+
+
+class Rejected(ValueError):
+    """A frame a RoCE NIC drops on receive. ``reason`` names the check (:data:`REJECT_REASONS`),
+    so the endpoint can count drops per cause; the message says what was wrong."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+
+
+class Malformed(Rejected):
+    """A frame that claims to be RoCEv2 but cannot be one; the detail is the message."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(MALFORMED, detail)
 
 
 def parse_pfc(frame: bytes) -> dict[int, int] | None:
-    """Class -> quanta for a PFC frame, or None if the frame is not PFC."""
+    """Class -> quanta for a PFC frame, or None if the frame is not PFC.
+
+    The one PFC parser: the endpoint (PFC from its leaf) and the switch agent (PFC arriving on
+    or leaving a switch port, testbed.agent) both read frames with it. IEEE 802.1Qbb: MAC
+    Control opcode 0x0101, a class-enable vector, then eight pause times in quanta.
+    """
     if len(frame) < 14 + 20 or frame[12] != 0x88 or frame[13] != 0x08:
         return None
     opcode, vector, *times = struct.unpack_from("!HH8H", frame, 14)
@@ -273,22 +322,61 @@ def parse_pfc(frame: bytes) -> dict[int, int] | None:
     return {c: times[c] for c in range(8) if vector >> c & 1}
 
 
-_MASKED_IP_UDP_CRC: dict[bytes, int] = {}
+#: The ICRC's running CRC over the masked pseudo-LRH, IPv4 and UDP headers of every 28-byte
+#: IPv4+UDP header that passed :func:`_check_ip_udp`, keyed by the header as received. A flow's
+#: headers repeat (a few lengths, TOS with and without CE), so once a flow's first frames are
+#: in, every header check is this one lookup, which the ICRC needed anyway: strictness is free
+#: on the hot path. Only headers that passed are stored, so a hit means "valid".
+_IP_UDP_OK: dict[bytes, int] = {}
 
 
-def _ip_udp_crc(ip_udp: bytes) -> int:
-    """CRC-32 of the masked pseudo-LRH + IPv4 + UDP headers; a flow's headers repeat, so cached."""
-    crc = _MASKED_IP_UDP_CRC.get(ip_udp)
-    if crc is None:
-        if len(_MASKED_IP_UDP_CRC) >= 4096:  # many flows or junk: keep the cache bounded
-            _MASKED_IP_UDP_CRC.clear()
-        crc = _MASKED_IP_UDP_CRC[ip_udp] = zlib.crc32(_mask_ip_udp(ip_udp))
+def _check_ip_udp(frame: bytes) -> int | None:
+    """The IPv4 and UDP checks of a NIC's receive path, for a header not seen before.
+
+    Returns the header's masked CRC (and caches it), None for IPv4 that is not UDP (not for
+    RoCE; counted as such), or raises :class:`Rejected`. IP-layer checks come first, as a
+    host's IP layer makes them before it demultiplexes (Linux ip_rcv_core: version and IHL,
+    then the checksum); then what RoCEv2 asks of a UDP datagram.
+    """
+    vi = frame[14]
+    if vi >> 4 != 4:
+        raise Rejected("ip_version", f"IP version {vi >> 4}")
+    ihl = (vi & 0x0F) * 4
+    if ihl < 20 or len(frame) < 14 + ihl:
+        raise Rejected("ip_ihl", f"IHL {vi & 0x0F}")
+    # RFC 791/1071: the one's-complement sum of a valid header, its checksum included, is
+    # 0xFFFF, so the checksum of the whole header comes out 0.
+    if ipv4_checksum(frame[14:14 + ihl]):
+        raise Rejected("ip_checksum")
+    if frame[23] != 17:
+        return None
+    if _U16.unpack_from(frame, 20)[0] & IPV4_MF_OFFSET:
+        raise Rejected("ip_fragment")
+    if ihl != 20:
+        raise Rejected("ip_ihl", f"IP options ({ihl - 20} bytes)")
+    _sport, dport, udp_len = struct.unpack_from("!HHH", frame, 34)
+    if dport != ROCEV2_PORT:
+        raise Rejected("udp_port", f"UDP port {dport}")
+    ip_len = _U16.unpack_from(frame, 16)[0]
+    if udp_len != ip_len - 20 or udp_len < 8:
+        raise Rejected("udp_length", f"UDP length {udp_len}, IPv4 total length {ip_len}")
+    if udp_len < 8 + BTH_LEN + ICRC_LEN:
+        raise Malformed("truncated BTH")
+    hdr = frame[14:42]
+    if len(_IP_UDP_OK) >= 4096:  # many flows or junk: keep the cache bounded
+        _IP_UDP_OK.clear()
+    crc = _IP_UDP_OK[hdr] = zlib.crc32(_mask_ip_udp(hdr))
     return crc
 
 
 def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | None = None
                ) -> ParsedRoce | None:
-    """Parse an Ethernet frame; None if it is not RoCEv2, Malformed if it is but broken.
+    """Parse an Ethernet frame; None if it is not IPv4/UDP, :class:`Rejected` (with its reason)
+    if a RoCE NIC would drop it, :class:`Malformed` if it is RoCEv2 but broken.
+
+    Strict as a NIC's receive path (see :data:`REJECT_REASONS`): IPv4 without options, a good
+    header checksum, no fragment, UDP to 4791 with a length that agrees with IPv4's, BTH
+    version 0. A bad ICRC is not raised but reported (``icrc_ok``), as the endpoint counts it.
 
     ``payload_crc``, if given, is asked for ``zlib.crc32(p.payload)`` before the ICRC check; a
     receiver that compares the payload with bytes it expects knows that CRC already, and the
@@ -297,24 +385,23 @@ def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | N
     n = len(frame)
     if n < 14 + 20 + 8 or frame[12] != 0x08 or frame[13] != 0x00:
         return None
-    ihl = (frame[14] & 0x0F) * 4
-    if frame[14 + 9] != 17 or ihl < 20:
-        return None
-    u = 14 + ihl
-    if n < u + 8:
-        return None
-    sport, dport = _UDP_PORTS.unpack_from(frame, u)
-    if dport != ROCEV2_PORT:
-        return None
+    crc = _IP_UDP_OK.get(frame[14:42])  # a header that passed every check before: its CRC
+    if crc is None:
+        crc = _check_ip_udp(frame)
+        if crc is None:
+            return None
     end = 14 + _U16.unpack_from(frame, 16)[0]
-    b = u + 8
-    if end > n or end - b < BTH_LEN + ICRC_LEN:
-        raise Malformed("truncated BTH")
+    if end > n:
+        raise Malformed("truncated frame")
+    b = 42
     opcode, flags, pkey, fb, q0, q1, q2, apsn = _BTH_FIELDS.unpack_from(frame, b)
+    if flags & 0x0F:
+        raise Rejected("bth_tver", f"BTH TVer {flags & 0x0F}")
     pad = (flags >> 4) & 3
     # positional: src_port, opcode, becn, dqpn, ack_req, psn, payload (the hot path)
-    p = ParsedRoce(frame[26:34], frame[15] & 3, sport, opcode, bool(fb >> 6 & 1),
-                   (q0 << 16) | (q1 << 8) | q2, bool(apsn >> 31), apsn & PSN_MASK, b"")
+    p = ParsedRoce(frame[26:34], frame[15] & 3, _U16.unpack_from(frame, 34)[0], opcode,
+                   bool(fb >> 6 & 1), (q0 << 16) | (q1 << 8) | q2, bool(apsn >> 31),
+                   apsn & PSN_MASK, b"")
     off = b + BTH_LEN
     stop = end - ICRC_LEN
     if opcode == ACK:
@@ -332,14 +419,10 @@ def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | N
         if stop < off:
             raise Malformed("truncated payload")
         p.payload = frame[off:stop]
-        if payload_crc is not None and ihl == 20:
+        if payload_crc is not None:
             known = payload_crc(p)
-    if ihl != 20:  # IP options: the reference computation (masks at fixed offsets, as before)
-        p.icrc_ok = icrc(frame[14:end - ICRC_LEN]) == frame[end - ICRC_LEN:end]
-        return p
-    # The ICRC from a cached header CRC and the masked BTH; a known payload CRC replaces the
+    # The ICRC from the cached header CRC and the masked BTH; a known payload CRC replaces the
     # pass over the payload with a combine.
-    crc = _MASKED_IP_UDP_CRC.get(frame[14:b]) or _ip_udp_crc(frame[14:b])
     crc = _crc32(_BTH_FIELDS.pack(opcode, flags, pkey, 0xFF, q0, q1, q2, apsn), crc)
     if known is None:
         crc = _crc32(memoryview(frame)[b + BTH_LEN:end - ICRC_LEN], crc)
@@ -352,17 +435,5 @@ def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | N
                 ^ t3[crc >> 24]
         if pad:
             crc = _crc32(frame[stop:end - ICRC_LEN], crc)
-    p.icrc_ok = _ICRC.unpack_from(frame, end - ICRC_LEN)[0] == crc
-    return p
-    # The same ICRC, from cached and small pieces, the payload's pass replaced by a combine.
-    crc = _MASKED_IP_UDP_CRC.get(frame[14:b]) or _ip_udp_crc(frame[14:b])
-    crc = _crc32(_BTH_FIELDS.pack(opcode, flags, pkey, 0xFF, q0, q1, q2, apsn), crc)
-    if off > b + BTH_LEN:
-        crc = _crc32(frame[b + BTH_LEN:off], crc)
-    if stop > off:
-        t0, t1, t2, t3 = _SHIFT_TABLES.get(stop - off) or _shift_tables(stop - off)
-        crc = known ^ t0[crc & 0xFF] ^ t1[crc >> 8 & 0xFF] ^ t2[crc >> 16 & 0xFF] ^ t3[crc >> 24]
-    if pad:
-        crc = _crc32(frame[stop:end - ICRC_LEN], crc)
     p.icrc_ok = _ICRC.unpack_from(frame, end - ICRC_LEN)[0] == crc
     return p
