@@ -238,7 +238,8 @@ def telemetry_summary(run_dir: Path) -> dict:
 
 def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                      hidden_loss: int | None = None,
-                     buffers: dict[QueueId, int] | None = None) -> Figures:
+                     buffers: dict[QueueId, int] | None = None,
+                     host_loss: int | None = None) -> Figures:
     """The figures the fidelity guard judges, from a results folder's telemetry (and the
     hidden loss, which only the switches' counters tell). ``buffers``: each lossless queue's
     configured buffer, to say how far past it a queue went."""
@@ -261,6 +262,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
         pfc_enabled=bool(lossless),
         lossless_drops=sum(s.drops for s in last) if last else None,
         hidden_loss=hidden_loss,
+        host_loss=host_loss,
         phantom_below_bytes=max(below) if below else None,
         buffer_exceeded_bytes=max(max(over), 0) if over else None,
         bmv2_lag_us=max(lag) if lag else None,

@@ -9,6 +9,9 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   a real switch allows is a headroom overflow, which the buffer sizing here is meant to rule out.
 * ``hidden_loss``: frames a switch's veth received that the P4 program never saw (BMv2 lost
   them in front of its pipeline: arrivals faster than it serves them).
+* ``host_loss``: frames an endpoint lost at its own socket: its receive buffer overflowed
+  while the process waited for a core, or the kernel refused a send. Go-Back-N then resends,
+  and out-of-order packets and NAKs appear that the fabric did not cause.
 * ``buffer_exceeded``: how far a lossless queue's occupancy (its kernel backlog plus what BMv2
   held for it) went past its configured buffer. Past it, a real switch with this headroom
   would have dropped; the emulation keeps a slack beyond it (``qos.pfc.emulation_slack_ms``)
@@ -39,6 +42,7 @@ class Figures:
     pfc_enabled: bool
     lossless_drops: int | None = None
     hidden_loss: int | None = None
+    host_loss: int | None = None  # frames the endpoints lost at their own sockets
     phantom_below_bytes: int | None = None  # largest (occupancy - phantom) seen at a resync
     buffer_exceeded_bytes: int | None = None  # largest occupancy beyond a configured buffer
     bmv2_lag_us: int | None = None
@@ -79,6 +83,9 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
     add("hidden_loss", fig.hidden_loss, 0,
         "{v} frames lost in front of BMv2 (a veth received them, the P4 program never saw "
         "them): the switches could not keep up with the offered packets")
+    add("host_loss", fig.host_loss, 0,
+        "{v} frames lost at the hosts' own sockets (an endpoint did not keep up: its receive "
+        "buffer overflowed or the kernel refused a send), as a NIC's buffers would overflow")
     if fig.pfc_enabled:
         add("buffer_exceeded", fig.buffer_exceeded_bytes, 0,
             "a lossless queue held {v} bytes beyond its buffer (xoff + headroom per ingress "

@@ -178,6 +178,8 @@ class Fabric:
         self._cpu = None  # testbed.cpuload.CpuSampler while agents run
         #: Frames lost in front of BMv2 over the whole run, read as the fabric stops.
         self.hidden_loss: int | None = None
+        #: Frames the hosts' endpoints lost at their own sockets, read as they stop.
+        self.host_loss: int | None = None
 
     # -- bring-up -----------------------------------------------------------------------
     def _bmv2_options(self, sw_name: str) -> Bmv2Options:
@@ -396,6 +398,7 @@ class Fabric:
         return self.endpoints
 
     def stop_endpoints(self) -> None:
+        self._read_host_loss()
         for c in self.endpoints.values():
             with contextlib.suppress(Exception):
                 c.call(cmd="stop")
@@ -429,6 +432,19 @@ class Fabric:
         from testbed.state import clean_state  # after Mininet: sweep whatever it left behind
 
         clean_state(self.state)
+
+    def _read_host_loss(self) -> None:
+        """Frames the endpoints lost at their own sockets (a receive buffer that overflowed, a
+        send the kernel refused): a host that did not keep up, like a NIC's RX overflow."""
+        lost = 0
+        for c in self.endpoints.values():
+            try:
+                st = c.call(cmd="stats")["stats"]
+            except Exception:  # an endpoint already gone: the figure stays unknown
+                return
+            lost += st.get("rx_socket_drops", 0) + st.get("send_errors", 0)
+        if self.endpoints:
+            self.host_loss = (self.host_loss or 0) + lost
 
     def _read_hidden_loss(self) -> None:
         """Frames the switches' veths received that their P4 programs never saw, summed over
@@ -468,7 +484,7 @@ class Fabric:
             summary = telemetry_summary(self.results_dir)
             figs = fidelity_figures(self.results_dir, list(self.cfg.qos.pfc_enable),
                                     self.cfg.fidelity.cpu_busy_pct, self.hidden_loss,
-                                    self.lossless_buffers())
+                                    self.lossless_buffers(), self.host_loss)
             summary["fidelity"] = assess(figs, self.fidelity_budgets())
             out.write_text(json.dumps(summary, indent=2))
         except (OSError, ValueError, KeyError) as exc:  # a half-written CSV of a killed agent

@@ -19,7 +19,8 @@ from testbed.fidelity import Budgets, Figures, assess, lines, longest_run
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, cpu_saturated_s=1.0)
-GOOD = Figures(pfc_enabled=True, lossless_drops=0, hidden_loss=0, phantom_below_bytes=3000,
+GOOD = Figures(pfc_enabled=True, lossless_drops=0, hidden_loss=0, host_loss=0,
+               phantom_below_bytes=3000,
                buffer_exceeded_bytes=0, bmv2_lag_us=5000, agent_reaction_us=900,
                cpu_saturated_s=0.2)
 
@@ -28,14 +29,15 @@ def test_a_faithful_run_passes_every_check() -> None:
     v = assess(GOOD, BUDGET)
     assert v["ok"] and v["reasons"] == []
     assert {c["name"] for c in v["checks"]} == {
-        "lossless_drops", "hidden_loss", "buffer_exceeded", "phantom_below", "bmv2_lag",
-        "agent_reaction", "cpu_saturated"}
+        "lossless_drops", "hidden_loss", "host_loss", "buffer_exceeded", "phantom_below",
+        "bmv2_lag", "agent_reaction", "cpu_saturated"}
     assert lines(v)[0].startswith("FIDELITY OK")
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
     ("lossless_drops", 3, "3 packets dropped in a lossless class"),
     ("hidden_loss", 12, "12 frames lost in front of BMv2"),
+    ("host_loss", 4, "4 frames lost at the hosts' own sockets"),
     ("phantom_below_bytes", 40_001, "40001 bytes below the real occupancy"),
     ("buffer_exceeded_bytes", 5000, "held 5000 bytes beyond its buffer"),
     ("bmv2_lag_us", 25_000, "BMv2 held a lossless packet 25000 us"),
@@ -53,7 +55,7 @@ def test_each_check_flags_its_condition(field: str, value: float, words: str) ->
 def test_lossless_checks_only_with_pfc_and_unmeasured_figures_are_not_judged() -> None:
     lossy = Figures(pfc_enabled=False, lossless_drops=500, hidden_loss=0, bmv2_lag_us=99_000)
     v = assess(lossy, BUDGET)
-    assert v["ok"] and [c["name"] for c in v["checks"]] == ["hidden_loss"]
+    assert v["ok"] and [c["name"] for c in v["checks"]] == ["hidden_loss"]  # host_loss unknown
     assert assess(Figures(pfc_enabled=True), BUDGET)["checks"] == []
 
 
@@ -101,8 +103,8 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
     _write(tel / "cpu.csv", CPU_COLUMNS, [{"t_s": t / 10, "busy_pct": 99, "mean_pct": 99}
                                          for t in range(5)])
     f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0,
-                         buffers={("leaf1", 1, 3): 140_000})
-    assert f == Figures(pfc_enabled=True, lossless_drops=2, hidden_loss=0,
+                         buffers={("leaf1", 1, 3): 140_000}, host_loss=3)
+    assert f == Figures(pfc_enabled=True, lossless_drops=2, hidden_loss=0, host_loss=3,
                         phantom_below_bytes=4200, buffer_exceeded_bytes=10_000, bmv2_lag_us=9000,
                         agent_reaction_us=1200, cpu_saturated_s=0.4)
 

@@ -24,6 +24,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -53,6 +54,10 @@ ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back to us
+PACKET_STATISTICS = 6  # packet(7): struct tpacket_stats {tp_packets, tp_drops}
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # socket(7); Python may not name them
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+SOCKET_BUFFER_BYTES = 8 * 1024 * 1024
 #: How far behind schedule a pacer may fall before it forgets the debt; keeps the average rate
 #: exact when the loop wakes late, without letting a stalled QP burst afterwards.
 PACING_SLACK_S = 0.005
@@ -160,6 +165,8 @@ STATS_COLUMNS = [
     ("cnps_received", "CNPs received"),
     ("rx_dropped", "data frames a slow receiver dropped because its queue was full"),
     ("send_errors", "frames the socket refused (ENOBUFS while the qdisc is full)"),
+    ("rx_socket_drops", "frames the kernel dropped because the endpoint's receive buffer was "
+                        "full (the process did not keep up; a NIC's RX overflow)"),
 ]
 
 
@@ -180,6 +187,7 @@ class EndpointStats:
     cnps_received: int = 0
     rx_dropped: int = 0
     send_errors: int = 0
+    rx_socket_drops: int = 0
 
 
 @dataclass
@@ -252,8 +260,14 @@ class Endpoint:
     # -- sockets ------------------------------------------------------------------------
     def _open_sockets(self) -> None:
         self.raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
-        self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
+        # A NIC's buffers: deep enough to ride out a few tens of ms without the CPU. The
+        # FORCE options pass net.core.rmem_max/wmem_max, which would cap them at 208 KB (root).
+        for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF),
+                             (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
+            try:
+                self.raw.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER_BYTES)
+            except OSError:
+                self.raw.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER_BYTES)
         self.raw.bind((self.cfg.intf, 0))
         # Without our own frames coming back, recv() serves: recvfrom() would cost an extra
         # ioctl per frame (CPython looks up the interface name for the address it returns).
@@ -584,6 +598,7 @@ class Endpoint:
             return
         dt = self.cfg.sample_period_s
         self._next_sample = now + dt
+        self._count_socket_drops()
         for st in self.qps.values():
             if st.requester:
                 s = st.requester.stats
@@ -607,6 +622,7 @@ class Endpoint:
 
     def snapshot(self) -> dict:
         now = self.now()
+        self._count_socket_drops()
         qps = {}
         for st in self.qps.values():
             d: dict = {"role": st.role, "tc": st.tc, "sport": st.sport, "peer_qpn": st.peer_qpn}
@@ -709,6 +725,14 @@ class Endpoint:
                 if addr[2] != PACKET_OUTGOING:
                     on_frame(frame, now)
         return True
+
+    def _count_socket_drops(self) -> None:
+        """Frames the kernel dropped at our receive buffer since the last call
+        (PACKET_STATISTICS, packet(7): reading it resets it)."""
+        with contextlib.suppress(OSError):
+            _packets, drops = struct.unpack(
+                "II", self.raw.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+            self.stats.rx_socket_drops += drops
 
     def _housekeeping(self, now: float) -> None:
         """Duration flows' refills, retransmission timeouts and DCQCN timers: every 10 ms."""
