@@ -79,7 +79,7 @@ def measure(mode: str, seconds: float, root: Path) -> dict:
                               / (stop - start) / 1e6, 3),
         "lossless_drops": res.summary.get("kernel_drops_lossless"),
         "fidelity_ok": (res.summary.get("fidelity") or {}).get("ok"),
-        "results": str(res.results_dir),
+        "fidelity_reasons": (res.summary.get("fidelity") or {}).get("reasons"),
     }
 
 
@@ -101,6 +101,7 @@ def main() -> None:
            f"{r['cnps_received_total']} | {r['goodput_mbps']} | {r['lossless_drops']} | "
            f"{r['fidelity_ok']} |" for r in rows]
     md += ["", f"PFC rate with ECN + DCQCN / PFC only: {ratio}"]
+    md += [f"- {r['mode']}: fidelity: {'; '.join(r['fidelity_reasons'] or ['ok'])}" for r in rows]
     (OUT / "dcqcn_steady.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
