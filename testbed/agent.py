@@ -40,6 +40,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.pfcwd import PfcWatchdog, QueueObservation, QueueState, StormDetected, StormRestored
 from testbed.ports import NUM_TCS, ClassStats, PortGates, PortSpec, TcBatch
 from testbed.tcstats import QdiscReader
 from traffic.packets import parse_pfc
@@ -149,14 +150,16 @@ class PauseState:
 
 @dataclass
 class WatchdogState:
-    remaining: float = 0.0
-    storm: bool = False
-    detected_at: float = 0.0
-    last_pfc: float = 0.0
-    last_sent: int = -1
-    storms: int = 0
-    dropped: int = 0  # packets discarded by the drop action
-    _drops_base: int = 0
+    """The pause code's window on the watchdog for one (port, class). on_pfc records when PFC
+    arrived, which the agent feeds the watchdog as an observation; it and _resume ask whether
+    the queue is in a storm, which only the watchdog (:mod:`testbed.pfcwd`) decides."""
+
+    last_pfc: float | None = None  # clock() when the last PFC frame for the class arrived
+    queue: QueueState | None = None  # the watchdog's state of the queue, if it watches it
+
+    @property
+    def storm(self) -> bool:
+        return self.queue is not None and self.queue.storm
 
 
 @dataclass
@@ -166,15 +169,6 @@ class PortRuntime:
     sock: socket.socket
     pause: list[PauseState] = field(default_factory=lambda: [PauseState() for _ in range(8)])
     wd: list[WatchdogState] = field(default_factory=lambda: [WatchdogState() for _ in range(8)])
-
-
-@functools.cache
-def default_wd_action() -> str:
-    """The watchdog action of a config that names none: the config model's default, the one
-    definition (imported only then: the agent otherwise starts without pydantic)."""
-    from testbed.config import PfcWatchdogConfig
-
-    return PfcWatchdogConfig.model_fields["action"].default
 
 
 def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
@@ -298,100 +292,86 @@ class SwitchAgent:
         self._ev.flush()
 
     # -- PFC watchdog -------------------------------------------------------------------
+    # The decisions are testbed.pfcwd's (a pure state machine, SONiC's pfcwd); here is only
+    # what it observes (kernel counters, pause state) and what its actions do.
+    @functools.cached_property
+    def watchdog(self) -> PfcWatchdog:
+        """The watchdog, its defaults from testbed.config.PfcWatchdogConfig (one definition). Each
+        watched queue's :class:`WatchdogState` is bound to the watchdog's state of it, so the
+        pause code reads the storm from the one place that decides it."""
+        wd = PfcWatchdog.from_agent(self.cfg.watchdog, self.ports, self.cfg.lossless)
+        for (n, tc), q in wd.queues.items():
+            self.ports[n].wd[tc].queue = q
+        return wd
+
     @property
     def wd_action(self) -> str:
-        action = (self.cfg.watchdog or {}).get("action")
-        return action if action is not None else default_wd_action()
-
-    def _wd_ports(self) -> list[int]:
-        w = self.cfg.watchdog or {}
-        if not w.get("enabled"):
-            return []
-        return list(self.ports) if w.get("ports", "all") == "all" else \
-            [p for p in w["ports"] if p in self.ports]
+        return self.watchdog.action
 
     def watchdog_poll(self) -> None:
-        w = self.cfg.watchdog or {}
-        ports = self._wd_ports()
-        if not ports:
+        """One polling interval: observe every watched queue, let the watchdog judge, carry
+        out its actions, write the state file."""
+        if not self.watchdog.ports:
             return
         now = self.clock()
-        poll = w["polling_interval_ms"] / 1000
-        detect = w["detection_time_ms"] / 1000
-        restore = w["restoration_time_ms"] / 1000
         dump = self.reader.dump()
-        stats = {n: self.ports[n].gates.stats(dump) for n in ports}
-        for n in ports:
+        stats = {n: self.ports[n].gates.stats(dump) for n in self.watchdog.ports}
+        seen: dict[tuple[int, int], QueueObservation] = {}
+        for n, tc in self.watchdog.queues:
+            st = stats[n].get(tc)
+            if st is None:  # no gate right now: nothing to judge
+                continue
             pr = self.ports[n]
-            for tc in self.cfg.lossless:
-                st = stats[n].get(tc)
-                if st is None:
-                    continue
-                wd = pr.wd[tc]
-                if wd.storm:
-                    if self.wd_action == "drop":
-                        wd.dropped = st.drops - wd._drops_base
-                    if now - wd.last_pfc >= restore:
-                        self._wd_restore(pr, tc, now)
-                    continue
-                paused = bool(pr.pause[tc].until)
-                stuck = paused and st.backlog_packets > 0 and st.sent_packets == wd.last_sent
-                wd.last_sent = st.sent_packets
-                if not stuck:
-                    wd.remaining = detect
-                    continue
-                wd.remaining -= poll
-                if wd.remaining <= 1e-9:
-                    self._wd_detect(pr, tc, now, st)
+            seen[n, tc] = QueueObservation(
+                paused=bool(pr.pause[tc].until), backlog_packets=st.backlog_packets,
+                sent_packets=st.sent_packets, drops=st.drops, last_pfc_at=pr.wd[tc].last_pfc)
+        for act in self.watchdog.poll(now, seen):
+            if isinstance(act, StormDetected):
+                self._wd_detect(act)
+            else:
+                self._wd_restore(act)
         self._write_state()
 
-    def _wd_detect(self, pr: PortRuntime, tc: int, now: float, st) -> None:
-        wd = pr.wd[tc]
-        wd.storm, wd.detected_at = True, now
-        wd.storms += 1
-        action = self.wd_action
-        detail = f"action={action} backlog_packets={st.backlog_packets}"
-        if action in ("drop", "forward"):
+    def _wd_detect(self, act: StormDetected) -> None:
+        """Apply a storm's action. drop and forward end the pause in force (on_pfc ignores
+        PFC for the queue from now on) and tell the P4 program; alert only logs."""
+        pr, tc = self.ports[act.port], act.tc
+        if act.ignores_pfc:
             pause = pr.pause[tc]
             if pause.until:
-                pause.total += now - pause.since
+                pause.total += act.at - pause.since
                 pause.until = 0.0
-        if action == "drop":
-            # discard what is queued and whatever arrives: the class's queue holds nothing
-            pr.gates.drop_all(tc)
+        if act.action == "drop":
+            # discard what is queued and whatever arrives: the class's queue holds nothing;
             # the gates' counters stay cumulative and count the purged backlog as drops
-            wd.dropped = st.backlog_packets
-            wd._drops_base = st.drops
-        elif action == "forward":
+            pr.gates.drop_all(tc)
+        elif act.action == "forward":
             pr.gates.open(tc)
-        if action in ("drop", "forward"):
-            self._p4_ignore_pfc(pr.cfg.number, tc, True)
-        self._event(pr, tc, "storm_detected", 0, None, detail)
+        if act.ignores_pfc:
+            self._p4_ignore_pfc(act.port, tc, True)
+        self._event(pr, tc, "storm_detected", 0, None, act.detail)
 
-    def _wd_restore(self, pr: PortRuntime, tc: int, now: float) -> None:
-        wd = pr.wd[tc]
-        if self.wd_action == "drop":
-            pr.gates.restore(tc)
-        if self.wd_action in ("drop", "forward"):
-            self._p4_ignore_pfc(pr.cfg.number, tc, False)
-        wd.storm = False
-        wd.remaining = (self.cfg.watchdog or {}).get("detection_time_ms", 0) / 1000
-        self._event(pr, tc, "storm_restored", 0, None,
-                    f"after {now - wd.detected_at:.3f} s, dropped={wd.dropped}")
+    def _wd_restore(self, act: StormRestored) -> None:
+        """Undo the storm's action: the normal gate back, PFC honoured again."""
+        pr = self.ports[act.port]
+        if act.action == "drop":
+            pr.gates.restore(act.tc)
+        if act.action in ("drop", "forward"):
+            self._p4_ignore_pfc(act.port, act.tc, False)
+        self._event(pr, act.tc, "storm_restored", 0, None, act.detail)
 
     def _write_state(self) -> None:
+        """``<switch>.pfcwd.json`` for the Mininet CLI's ``pfcwd`` command (written whole,
+        then renamed, so a reader never sees half a file)."""
         if not self.cfg.state_file:
             return
         state = {"switch": self.cfg.switch, "t_s": round(self.now(), 3),
                  "action": self.wd_action, "queues": []}
-        for n in self._wd_ports():
-            pr = self.ports[n]
-            for tc in self.cfg.lossless:
-                wd = pr.wd[tc]
-                state["queues"].append({
-                    "port": n, "tc": tc, "storm": wd.storm, "storms": wd.storms,
-                    "paused": bool(pr.pause[tc].until), "dropped": wd.dropped,
-                    "detection_left_ms": round(max(wd.remaining, 0) * 1000)})
+        for (n, tc), q in self.watchdog.queues.items():
+            state["queues"].append({
+                "port": n, "tc": tc, "storm": q.storm, "storms": q.storms,
+                "paused": bool(self.ports[n].pause[tc].until), "dropped": q.dropped,
+                "detection_left_ms": q.detection_left_ms})
         tmp = Path(self.cfg.state_file + ".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.cfg.state_file)
@@ -527,11 +507,8 @@ class SwitchAgent:
     # -- loop ---------------------------------------------------------------------------
     def run(self) -> None:
         next_tick = next_sample = next_poll = self.clock()
-        w = self.cfg.watchdog or {}
-        poll_s = w.get("polling_interval_ms", 100) / 1000
-        for pr in self.ports.values():
-            for wd in pr.wd:
-                wd.remaining = w.get("detection_time_ms", 0) / 1000
+        wd_on = self.watchdog.config.enabled
+        poll_s = self.watchdog.config.polling_interval_ms / 1000
         socks = list(self.by_sock)
         next_resync = next_tick
         while self.running:
@@ -546,13 +523,13 @@ class SwitchAgent:
             if now >= next_sample:
                 self.sample()
                 next_sample = now + self.cfg.sample_period_s
-            if w.get("enabled") and now >= next_poll:
+            if wd_on and now >= next_poll:
                 self.watchdog_poll()
                 next_poll = now + poll_s
             self.expire()
             wake = min(next_tick if now < self.busy_until else next_sample, next_sample,
                        self.timers[0][0] if self.timers else next_sample)
-            if w.get("enabled"):
+            if wd_on:
                 wake = min(wake, next_poll)
             ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
             for s in ready:

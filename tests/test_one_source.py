@@ -205,12 +205,14 @@ def test_pfc_port_limit_is_at_the_last_bit() -> None:
 
 
 def test_agent_watchdog_action_default_is_the_configs() -> None:
-    from testbed.agent import SwitchAgent
+    """The agent's watchdog is PfcWatchdog.from_agent(its config's watchdog, ...); the agent
+    itself is tested in tests/test_pfcwd.py."""
+    from testbed.pfcwd import PfcWatchdog
 
-    agent = SimpleNamespace(cfg=SimpleNamespace(watchdog={"enabled": True}))
-    assert SwitchAgent.wd_action.fget(agent) == PfcWatchdogConfig().action == "drop"
-    agent.cfg.watchdog = {"enabled": True, "action": "alert"}
-    assert SwitchAgent.wd_action.fget(agent) == "alert"
+    assert PfcWatchdog.from_agent({"enabled": True}, [1], [3]).action == \
+        PfcWatchdogConfig().action == "drop"
+    assert PfcWatchdog.from_agent({"enabled": True, "action": "alert"}, [1], [3]).action == \
+        "alert"
 
 
 def test_fabric_config_models_check_rules_across_sections() -> None:
