@@ -385,6 +385,31 @@ class SwitchAgent:
             if st.until and st.until <= now:  # not extended since this timer was set
                 self._resume(pr, tc, now, "expire")
 
+    # -- deferred kicks -------------------------------------------------------------------
+    # An opened gate needs a kick once tc has applied the change (PortGates.open). The agent's
+    # loop is single-threaded, so instead of sleeping for it, the kick waits in a timer heap
+    # of its own, which run() fires and counts in its wake-up time.
+    def _defer_kicks(self) -> None:
+        """Have every gate of this agent hand its kicks to the loop from now on."""
+        self.kicks: list[tuple[float, int, PortGates]] = []  # (due, seq, gates)
+        self._kick_seq = 0
+        for pr in self.ports.values():
+            pr.gates.kick_later = self._kick_later
+
+    def _kick_later(self, gates: PortGates, delay_s: float) -> None:
+        if not self.running:  # closing: the loop will not come round again to kick
+            time.sleep(delay_s)
+            gates.kick()
+            return
+        self._kick_seq += 1
+        heapq.heappush(self.kicks, (self.clock() + delay_s, self._kick_seq, gates))
+
+    def run_kicks(self) -> None:
+        """Kick every gate whose kick is due."""
+        now = self.clock()
+        while self.kicks and self.kicks[0][0] <= now:
+            heapq.heappop(self.kicks)[2].kick()
+
     # -- ticks and telemetry --------------------------------------------------------------
     def _backlogs(self) -> dict[int, dict]:
         dump = self.reader.dump()  # one netlink dump for every port
@@ -509,6 +534,7 @@ class SwitchAgent:
         next_tick = next_sample = next_poll = self.clock()
         wd_on = self.watchdog.config.enabled
         poll_s = self.watchdog.config.polling_interval_ms / 1000
+        self._defer_kicks()
         socks = list(self.by_sock)
         next_resync = next_tick
         while self.running:
@@ -527,10 +553,13 @@ class SwitchAgent:
                 self.watchdog_poll()
                 next_poll = now + poll_s
             self.expire()
+            self.run_kicks()
             wake = min(next_tick if now < self.busy_until else next_sample, next_sample,
                        self.timers[0][0] if self.timers else next_sample)
             if wd_on:
                 wake = min(wake, next_poll)
+            if self.kicks:
+                wake = min(wake, self.kicks[0][0])
             ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
             for s in ready:
                 pr = self.by_sock[s]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 NUM_TCS = 8
@@ -155,7 +156,8 @@ class PortGates:
     """
 
     def __init__(self, spec: PortSpec, ipr=None, batch: TcBatch | None = None,
-                 netns: str | None = None, reader=None) -> None:
+                 netns: str | None = None, reader=None,
+                 kick_later: Callable[[PortGates, float], None] | None = None) -> None:
         from pyroute2 import IPRoute
 
         self.spec = spec
@@ -178,6 +180,10 @@ class PortGates:
         self._base = [(0, 0, 0)] * NUM_TCS  # (drops, sent_bytes, sent_packets)
         self._kick_sock = None
         self.netns = netns
+        #: Who kicks after open(): None, open() sleeps KICK_DELAY_S and kicks; else it calls
+        #: ``kick_later(self, KICK_DELAY_S)`` and returns at once (the switch agent, whose
+        #: single-threaded loop must not sleep, kicks from its own timers).
+        self.kick_later: Callable[[PortGates, float], None] | None = kick_later
 
     def kick(self) -> None:
         """Run the port's qdisc once (see KICK_CLASSID); the frame itself is dropped there."""
@@ -247,8 +253,11 @@ class PortGates:
     def open(self, tc: int) -> None:
         self._set(tc, False)
         self.closed[tc] = False
-        # tc applies the change within a millisecond; kick after it (a sleep costs no CPU,
+        # tc applies the change within a millisecond; kick after it (waiting costs no CPU,
         # where polling the kernel until the rate changed cost the agent a third of a core)
+        if self.kick_later is not None:
+            self.kick_later(self, KICK_DELAY_S)
+            return
         time.sleep(KICK_DELAY_S)
         self.kick()
 

@@ -121,6 +121,26 @@ def test_xon_ends_the_pause_early_and_refresh_extends_it(agent_ns) -> None:
     assert ("3", "resume") in kinds and ("4", "resume") not in kinds
 
 
+def test_xon_releases_the_held_packets_with_nothing_else_to_send(agent_ns) -> None:
+    """An opened gate sends what it held only once the port's qdisc runs again: the agent
+    kicks it KICK_DELAY_S after the XON from its own timers (no sleep in its loop), and
+    nothing else is sent on the port here that would run it instead."""
+    ns, _tmp = agent_ns
+    # no IPv6 on the port: its router solicitations would run the qdisc in the kick's place
+    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                    "net.ipv6.conf.sw1.disable_ipv6=1"], check=True)
+    send_from_peer(ns, [pfc_frame("02:00:00:00:00:01", {3: 0xFFFF})])
+    wait_for(lambda: gate_rate(ns, 3) == "1Kbit")
+    send_from_peer(ns, [DATA3] * 5, intf="sw1")
+    time.sleep(0.1)
+    assert class3_stats(ns)["qlen"] >= 3  # the closing gate lets its burst go, the rest waits
+    send_from_peer(ns, [pfc_frame("02:00:00:00:00:01", {3: 0})])
+    # without a kick they would wait for the next frame on the port, or tbf's own timer
+    # (seconds at the closed gate's rate)
+    wait_for(lambda: class3_stats(ns)["qlen"] == 0, timeout=0.3)
+    assert class3_stats(ns)["drops"] == 0
+
+
 def test_ticks_for_a_backlogged_lossless_queue(agent_ns) -> None:
     ns, _tmp = agent_ns
     # hold class 3 with a PFC pause, then queue class-3 frames on the port
