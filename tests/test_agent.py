@@ -55,7 +55,11 @@ def _agent_ns(tmp_path: Path, watchdog):
         proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m",
                                  "testbed.agent", str(path)], stdout=subprocess.PIPE, text=True,
                                 cwd=Path(__file__).parent.parent)
-        time.sleep(1.0)
+        # ready once it has opened its sockets and its event log (as the fabric waits for it):
+        # a fixed wait lost the first PFC frame when a loaded machine started it slowly
+        wait_for(lambda: proc.poll() is None and (tmp_path / "sw.events.csv").exists(),
+                 timeout=20, step=0.02)
+        time.sleep(0.2)
         yield ns, tmp_path
     finally:
         if proc is not None:
