@@ -418,6 +418,12 @@ class FidelityConfig(_Strict):
     cpu_saturated_s: float = Field(
         1.0, ge=0, description="Every core saturated for longer than this at a stretch flags "
         "the run: the switches, agents and hosts then no longer keep their own time.")
+    bmv2_lag_ms: float = Field(
+        50.0, gt=0, description="A switch that holds a packet longer than this (its arrival to "
+        "its egress pass) flags the run. The PFC decisions count what such a hold keeps out of "
+        "sight, so it does not threaten losslessness; it distorts time: 50 ms is a quarter of "
+        "the DCQCN timers at 10 Mbit/s (55 us x 4000 = 220 ms) and half the watchdog's "
+        "polling interval. A real switch holds a packet for microseconds.")
 
 
 class FabricConfig(_Strict):

@@ -471,6 +471,7 @@ class Fabric:
                         for tc in q.pfc_enable),
                        default=0)
         return Budgets(headroom_bytes=headroom, reaction_us=int(q.pfc.reaction_ms * 1000),
+                       bmv2_lag_us=int(self.cfg.fidelity.bmv2_lag_ms * 1000),
                        cpu_saturated_s=self.cfg.fidelity.cpu_saturated_s)
 
     def _write_telemetry_summary(self) -> None:
