@@ -1,7 +1,8 @@
 """Scenarios: a fabric, its QoS and watchdog, flows and faults on a timeline, and a results
 folder. `testbed run SCENARIO.yaml` runs one; every experiment of the lab is such a file.
 
-A scenario file holds the fabric config sections (name, fabric, ecmp, switch, qos, agent), plus:
+A scenario file holds the fabric config sections (name, fabric, ecmp, switch, qos, agent,
+fidelity), plus:
 
     duration_s: 20            # the run ends here (senders stop, counters are read)
     settle_s: 2               # then this long with no traffic, to see what stays stuck
@@ -115,7 +116,8 @@ class ScenarioExtras(BaseModel):
     faults: list[Fault] = Field(default_factory=list)
 
 
-FABRIC_KEYS = {"name", "fabric", "ecmp", "switch", "qos", "agent"}
+#: The fabric config's own sections, one definition: FabricConfig's fields.
+FABRIC_KEYS = set(FabricConfig.model_fields)
 
 
 @dataclass

@@ -60,8 +60,8 @@ def parse_fields(data: Any, source: str = "config") -> FabricConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(
-            [f"the top level must be a mapping of sections (name, fabric, ecmp, switch, qos, "
-             f"agent), not a {type(data).__name__}"],
+            [f"the top level must be a mapping of sections "
+             f"({', '.join(FabricConfig.model_fields)}), not a {type(data).__name__}"],
             source,
         )
     try:
