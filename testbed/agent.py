@@ -178,9 +178,12 @@ def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
     program then takes the backlog alone)."""
     dst = b"\x02\x00\x00\x00\x00\xff"
     src = bytes.fromhex(src_mac.replace(":", ""))
-    sent = TICK_SENT_UNKNOWN if released is None else released & 0xFFFFFFFF
-    if sent == TICK_SENT_UNKNOWN:  # the one value that means unknown: off by a byte is safe
-        sent -= 1
+    if released is None:
+        sent = TICK_SENT_UNKNOWN
+    else:  # all ones is the one value that means unknown: off by a byte is safe
+        sent = released & 0xFFFFFFFF
+        if sent == TICK_SENT_UNKNOWN:
+            sent -= 1
     body = struct.pack("!HBII", port, tc, min(backlog, 0xFFFFFFFF), sent)
     f = dst + src + struct.pack("!H", ETH_P_TICK) + body
     return f + b"\x00" * (60 - len(f))

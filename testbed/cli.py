@@ -132,18 +132,7 @@ def up(
             loss = 100.0 * (sent - ok) / sent if sent else 0.0
             console.print(f"pingall: {ok}/{sent} answered ({loss:.0f}% loss)")
             status = 0 if ok == sent else 1
-        for line in exec_ or []:
-            node_name, _, command = line.partition(" ")
-            try:
-                node = fabric.host(node_name)
-            except KeyError:
-                _fail(f"--exec: no node named {node_name!r}")
-            out = node.cmd(f"{command} ; echo __rc=$?")
-            body, _, rc = out.rpartition("__rc=")
-            sys.stdout.write(body)
-            rc_val = int(rc.strip() or 1)
-            _say(f"{node_name}$ {command} -> exit {rc_val}")
-            status = status or rc_val
+        status = _run_exec(fabric, exec_ or [], status)
         if not pingall and not exec_:
             from testbed.mncli import TestbedCLI
 
@@ -160,6 +149,24 @@ def up(
 
             _print_fidelity(json.loads(summary.read_text()).get("fidelity"))
     raise typer.Exit(status)
+
+
+def _run_exec(fabric, commands: list[str], status: int) -> int:
+    """Run each --exec 'NODE COMMAND' on its node, echoing its output; the first non-zero exit
+    status becomes the command's (``status`` if it already failed)."""
+    for line in commands:
+        node_name, _, command = line.partition(" ")
+        try:
+            node = fabric.host(node_name)
+        except KeyError:
+            _fail(f"--exec: no node named {node_name!r}")
+        out = node.cmd(f"{command} ; echo __rc=$?")
+        body, _, rc = out.rpartition("__rc=")
+        sys.stdout.write(body)
+        rc_val = int(rc.strip() or 1)
+        _say(f"{node_name}$ {command} -> exit {rc_val}")
+        status = status or rc_val
+    return status
 
 
 def _stop_all(gentle: bool) -> None:

@@ -30,64 +30,10 @@ def make_report(run_dir: Path) -> Path:
         summary = json.loads((run_dir / "summary.json").read_text())
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     ax_rate, ax_q, ax_p = axes
-    # 1. goodput per sending QP (endpoint time series)
-    for f in sorted(run_dir.glob("endpoints/*/qp_timeseries.csv")):
-        host = f.parent.name
-        series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for r in _rows(f):
-            if r["role"] == "requester":
-                series[r["qpn"]].append((float(r["t_s"]), float(r["goodput_bps"]) / 1e6))
-        for qpn, pts in series.items():
-            if any(v for _, v in pts):
-                ax_rate.plot([t for t, _ in pts], [v for _, v in pts], label=f"{host} QP {qpn}")
-    ax_rate.set_ylabel("goodput (Mbit/s)")
-    ax_rate.set_title("senders")
-    if ax_rate.lines:
-        ax_rate.legend(fontsize=7, ncol=3)
-    # 2 and 3. lossless queues and pauses (agent telemetry)
-    paused_rows = []
-    for f in sorted(run_dir.glob("telemetry/*.telemetry.csv")):
-        series = defaultdict(list)
-        for r in _rows(f):
-            key = f"{r['switch']}:{r['port']} tc{r['tc']}"
-            series[key].append((float(r["t_s"]), int(r["backlog_bytes"]) / 1000,
-                                int(r["paused"])))
-        for key, pts in series.items():
-            if any(b for _, b, _ in pts):
-                ax_q.plot([t for t, _, _ in pts], [b for _, b, _ in pts], label=key)
-            if any(p for _, _, p in pts):
-                paused_rows.append((key, pts))
-    ax_q.set_ylabel("kernel backlog (KB)")
-    ax_q.set_title("switch queues that held packets")
-    if ax_q.lines:
-        ax_q.legend(fontsize=7, ncol=3)
-    for i, (_key, pts) in enumerate(paused_rows):
-        spans = []
-        start = None
-        for t, _, p in pts:
-            if p and start is None:
-                start = t
-            elif not p and start is not None:
-                spans.append((start, t - start))
-                start = None
-        if start is not None:
-            spans.append((start, pts[-1][0] - start))
-        ax_p.broken_barh(spans, (i - 0.4, 0.8))
-    ax_p.set_yticks(range(len(paused_rows)), [k for k, _ in paused_rows], fontsize=7)
-    ax_p.set_title("paused by PFC")
-    ax_p.set_xlabel("time on the run's clock (s)")
-    # the timeline (faults, senders stop) on every panel: all series share the run's clock
-    marks: list[tuple[float, list[str]]] = []  # events close together share one label
-    for e in summary.get("timeline", []):
-        if marks and e["t_s"] - marks[-1][0] < 0.2:
-            marks[-1][1].append(e["event"].split(" (")[0])
-        else:
-            marks.append((e["t_s"], [e["event"].split(" (")[0]]))
-    for t, what in marks:
-        for ax in axes:
-            ax.axvline(t, color="grey", linestyle=":", linewidth=1)
-        ax_q.annotate("; ".join(what), (t, 0.97), xycoords=("data", "axes fraction"),
-                      fontsize=7, rotation=90, va="top", ha="right", color="grey")
+    _plot_goodput(ax_rate, run_dir)
+    paused_rows = _plot_queues(ax_q, run_dir)
+    _plot_pauses(ax_p, paused_rows)
+    _mark_timeline(axes, ax_q, summary)
     # watchdog detections, on the row of the queue they cut off
     rows = {k: i for i, (k, _pts) in enumerate(paused_rows)}
     for e in summary.get("watchdog_events", []):
@@ -104,6 +50,79 @@ def make_report(run_dir: Path) -> Path:
     plt.close(fig)
     _markdown(run_dir, summary)
     return png
+
+
+def _plot_goodput(ax_rate, run_dir: Path) -> None:
+    """1. goodput per sending QP (endpoint time series)."""
+    for f in sorted(run_dir.glob("endpoints/*/qp_timeseries.csv")):
+        host = f.parent.name
+        series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in _rows(f):
+            if r["role"] == "requester":
+                series[r["qpn"]].append((float(r["t_s"]), float(r["goodput_bps"]) / 1e6))
+        for qpn, pts in series.items():
+            if any(v for _, v in pts):
+                ax_rate.plot([t for t, _ in pts], [v for _, v in pts], label=f"{host} QP {qpn}")
+    ax_rate.set_ylabel("goodput (Mbit/s)")
+    ax_rate.set_title("senders")
+    if ax_rate.lines:
+        ax_rate.legend(fontsize=7, ncol=3)
+
+
+def _plot_queues(ax_q, run_dir: Path) -> list[tuple[str, list]]:
+    """2. the kernel backlog of each queue that held anything (agent telemetry); returns the
+    series of the queues that were ever paused, for the pause panel."""
+    paused_rows = []
+    for f in sorted(run_dir.glob("telemetry/*.telemetry.csv")):
+        series = defaultdict(list)
+        for r in _rows(f):
+            key = f"{r['switch']}:{r['port']} tc{r['tc']}"
+            series[key].append((float(r["t_s"]), int(r["backlog_bytes"]) / 1000,
+                                int(r["paused"])))
+        for key, pts in series.items():
+            if any(b for _, b, _ in pts):
+                ax_q.plot([t for t, _, _ in pts], [b for _, b, _ in pts], label=key)
+            if any(p for _, _, p in pts):
+                paused_rows.append((key, pts))
+    ax_q.set_ylabel("kernel backlog (KB)")
+    ax_q.set_title("switch queues that held packets")
+    if ax_q.lines:
+        ax_q.legend(fontsize=7, ncol=3)
+    return paused_rows
+
+
+def _plot_pauses(ax_p, paused_rows: list[tuple[str, list]]) -> None:
+    """3. when each queue was paused by PFC, one row per queue."""
+    for i, (_key, pts) in enumerate(paused_rows):
+        spans = []
+        start = None
+        for t, _, p in pts:
+            if p and start is None:
+                start = t
+            elif not p and start is not None:
+                spans.append((start, t - start))
+                start = None
+        if start is not None:
+            spans.append((start, pts[-1][0] - start))
+        ax_p.broken_barh(spans, (i - 0.4, 0.8))
+    ax_p.set_yticks(range(len(paused_rows)), [k for k, _ in paused_rows], fontsize=7)
+    ax_p.set_title("paused by PFC")
+    ax_p.set_xlabel("time on the run's clock (s)")
+
+
+def _mark_timeline(axes, ax_q, summary: dict) -> None:
+    """The timeline (faults, senders stop) on every panel: all series share the run's clock."""
+    marks: list[tuple[float, list[str]]] = []  # events close together share one label
+    for e in summary.get("timeline", []):
+        if marks and e["t_s"] - marks[-1][0] < 0.2:
+            marks[-1][1].append(e["event"].split(" (")[0])
+        else:
+            marks.append((e["t_s"], [e["event"].split(" (")[0]]))
+    for t, what in marks:
+        for ax in axes:
+            ax.axvline(t, color="grey", linestyle=":", linewidth=1)
+        ax_q.annotate("; ".join(what), (t, 0.97), xycoords=("data", "axes fraction"),
+                      fontsize=7, rotation=90, va="top", ha="right", color="grey")
 
 
 def _markdown(run_dir: Path, summary: dict) -> None:

@@ -30,6 +30,8 @@ def need_bmv2() -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--seed", action="append", type=int, default=[],
                      help="replay these lossless property cases (tests/lossless_cases.py)")
+    parser.addoption("--ptf-order-seed", action="append", type=int, default=[],
+                     help="also run the PTF suite in a random order with this seed")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

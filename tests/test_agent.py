@@ -165,6 +165,12 @@ def test_tick_frame_layout() -> None:
     f = tick_frame("02:00:00:00:00:fe", 7, 3, 12345)
     assert len(f) == 60 and f[12:14] == b"\x88\xb6"
     assert f[14:16] == b"\x00\x07" and f[16] == 3 and int.from_bytes(f[17:21], "big") == 12345
+    # the sent field: all ones when unknown (the program then takes the backlog alone), else
+    # the bytes released modulo 2^32, never all ones
+    assert f[21:25] == b"\xff\xff\xff\xff"
+    sent = {r: int.from_bytes(tick_frame("02:00:00:00:00:fe", 7, 3, 0, r)[21:25], "big")
+            for r in (0, 5, 2**32 - 1, 2**32 + 7)}
+    assert sent == {0: 0, 5: 5, 2**32 - 1: 2**32 - 2, 2**32 + 7: 7}
 
 
 # -- PFC watchdog -------------------------------------------------------------------------

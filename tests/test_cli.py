@@ -145,3 +145,31 @@ def test_results_doc_names_every_column() -> None:
                  CPU_COLUMNS):
         for name, meaning in cols:
             assert f"| `{name}` | {meaning} |" in doc, name
+
+
+def test_exec_runs_each_command_on_its_node_and_keeps_the_first_failure(capsys) -> None:
+    """`testbed up --exec 'NODE COMMAND'`, without a fabric: a stand-in node answers as a
+    Mininet node's cmd() does (the output, then the exit status the CLI appended)."""
+    import typer
+
+    from testbed.cli import _run_exec
+
+    ran = []
+
+    class Node:
+        def __init__(self, rc: int) -> None:
+            self.rc = rc
+
+        def cmd(self, line: str) -> str:
+            ran.append(line)
+            return f"out of {line.split(' ;')[0]}\n__rc={self.rc}\n"
+
+    nodes = {"h1": Node(0), "h2": Node(3), "h3": Node(5)}
+    fabric = type("F", (), {"host": staticmethod(lambda name: nodes[name])})
+    assert _run_exec(fabric, ["h1 true", "h2 false", "h3 exit 5"], 0) == 3
+    assert ran == ["true ; echo __rc=$?", "false ; echo __rc=$?", "exit 5 ; echo __rc=$?"]
+    assert "out of true\nout of false\n" in capsys.readouterr().out
+    assert _run_exec(fabric, ["h1 true"], 0) == 0
+    assert _run_exec(fabric, ["h1 true"], 1) == 1  # pingall had failed already
+    with pytest.raises(typer.Exit):
+        _run_exec(fabric, ["h9 true"], 0)

@@ -2,13 +2,23 @@
 
 Run by tests/test_ptf.py (which starts the switch and wires ports 1-4 to ptf1-ptf4), or by hand:
     ptf --test-dir tests/ptf -i 1@ptf1 ... --test-params "grpc_addr='unix:///...';device_id=1"
-Each test programs what it needs over P4Runtime with the testbed's own control-plane code.
+The first case to run programs the switch over P4Runtime with the testbed's own control-plane
+code (unless an earlier run did). Every case starts from the same state, whatever ran before it,
+in this run or an earlier one: setUp zeroes every register of the program over Thrift (phantom
+queues, pauses, the ports paused on each queue's account, admitted bytes, watchdog flags) and
+puts the ECMP hash back, so the cases can run alone or in any order (test_ptf.py runs them in
+file order, then in reverse on a switch left dirty on purpose). The test parameter reset=False
+skips the reset, to show what the cases would see without it.
 """
 
 from __future__ import annotations
 
+import json
+
 import ptf
 import ptf.testutils as tu
+from p4.v1 import p4runtime_pb2
+from p4runtime_sh.context import P4Type
 from ptf.base_tests import BaseTest
 from ptf.mask import Mask
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
@@ -16,7 +26,14 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from testbed.config import FabricConfig
-from testbed.control import EntryBuilder, SwitchSession, build_switch_program, load_p4info
+from testbed.control import (
+    BMV2_JSON_PATH,
+    INGRESS,
+    EntryBuilder,
+    SwitchSession,
+    build_switch_program,
+    load_p4info,
+)
 from testbed.topology import NextHop, Port, Route, Switch
 
 SW_MAC = {p: f"02:4c:00:01:00:{p:02x}" for p in range(1, 6)}
@@ -32,6 +49,9 @@ H1 = "10.0.1.1"
 REMOTE_NET_HOST = "10.0.2.7"
 ECMP_PORTS = (2, 3, 4)
 PFC_DST = "01:80:c2:00:00:01"
+HASH_FIELDS = ["src_ip", "dst_ip", "ip_proto", "src_port", "dst_port"]
+#: Every register array of the compiled program: the state a case could leave behind.
+REGISTERS = [r["name"] for r in json.loads(BMV2_JSON_PATH.read_text())["register_arrays"]]
 
 
 def nh(port: int) -> NextHop:
@@ -61,9 +81,6 @@ def switch(seed: int = 0) -> Switch:
     return sw
 
 
-_programmed = False
-
-
 def udp_pkt(dst: str = H1, sport: int = 49152, dport: int = 4791, ttl: int = 64, dscp: int = 26,
             ecn: int = 1, src: str = "10.0.9.9", payload_len: int = 100):
     return (Ether(dst=SW_MAC[2], src=SRC_MAC) /
@@ -80,26 +97,61 @@ def routed(pkt, out_port: int):
     return exp
 
 
+def thrift():
+    """BMv2's Thrift client and its transport (the harness runs us in the switch's namespace)."""
+    from bm_runtime.standard import Standard
+    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+    from thrift.transport import TSocket, TTransport
+
+    transport = TTransport.TBufferedTransport(TSocket.TSocket("127.0.0.1", 9090))
+    transport.open()
+    return Standard.Client(TMultiplexedProtocol.TMultiplexedProtocol(
+        TBinaryProtocol.TBinaryProtocol(transport), "standard")), transport
+
+
+def programmed(sess: SwitchSession, b: EntryBuilder) -> bool:
+    """Whether the switch holds the test routes already (from an earlier case or run)."""
+    assert sess.client is not None
+    req = p4runtime_pb2.ReadRequest(device_id=sess.client.device_id)
+    req.entities.add().table_entry.table_id = b.ctx.get_obj_id(P4Type.table,
+                                                               f"{INGRESS}.ipv4_route")
+    return any(resp.entities for resp in sess.client.stub.Read(req))
+
+
 class RoceSwitchTest(BaseTest):
-    """Programs the standard test routes once per PTF run."""
+    """Programs the standard test routes if the switch has none; resets the switch's state."""
 
     def setUp(self) -> None:
-        global _programmed
         BaseTest.setUp(self)
         self.dataplane = ptf.dataplane_instance
-        self.dataplane.flush()
         self.sess, self.b = session()
+        self.bm, self._bm_transport = None, None
         try:
-            if not _programmed:
-                prog = build_switch_program(self.b, switch(), ROUTES, FabricConfig())
-                self.sess.apply(prog)
-                _programmed = True
+            if not programmed(self.sess, self.b):
+                self.sess.apply(build_switch_program(self.b, switch(), ROUTES, FabricConfig()))
+            self.bm, self._bm_transport = thrift()
+            if tu.test_param_get("reset", True):
+                self.reset()
         except BaseException:
-            self.sess.close()  # tearDown does not run when setUp fails: free the session
+            self._close()  # tearDown does not run when setUp fails: free the sessions
             raise
+        self.dataplane.flush()
+
+    def reset(self) -> None:
+        """Every register cell to zero (no phantom backlog, no pause received or sent, no
+        port paused on a queue's account, nothing admitted, no watchdog flag) and the ECMP hash
+        to the default fields and seed. Counters stay: the cases read their differences."""
+        for name in REGISTERS:
+            self.bm.bm_register_reset(0, name)
+        self.set_hash(HASH_FIELDS)
+
+    def _close(self) -> None:
+        if self._bm_transport is not None:
+            self._bm_transport.close()
+        self.sess.close()
 
     def tearDown(self) -> None:
-        self.sess.close()
+        self._close()
         BaseTest.tearDown(self)
 
     def counter(self, name: str, index: int) -> tuple[int, int]:
@@ -185,10 +237,10 @@ class EcmpMemberChoice(RoceSwitchTest):
             self.set_hash(["src_ip", "dst_ip", "ip_proto", "dst_port"])
             assert len(set(self._choices().values())) == 1
             # a different seed moves flows: the hash is per switch
-            self.set_hash(["src_ip", "dst_ip", "ip_proto", "src_port", "dst_port"], seed=40503)
+            self.set_hash(HASH_FIELDS, seed=40503)
             assert self._choices() != first
         finally:
-            self.set_hash(["src_ip", "dst_ip", "ip_proto", "src_port", "dst_port"])
+            self.set_hash(HASH_FIELDS)
         tu.verify_no_other_packets(self)
 
 
@@ -209,13 +261,14 @@ class TruncatedPackets(RoceSwitchTest):
 
     def runTest(self) -> None:
         full = bytes(udp_pkt(payload_len=0))
+        before = self.counter("RoceIngress.drops", 2 * 16 + 2)[0]
         for cut in (14 + 10, 14 + 20 + 4, 14 + 20 + 8 + 6):
             tu.send_packet(self, 2, full[:cut] + b"")
         # cut in the IPv4 header: parse error, counted (BMv2 works asynchronously: wait)
         import time
 
         deadline = time.monotonic() + 2
-        while self.counter("RoceIngress.drops", 2 * 16 + 2)[0] < 1:
+        while self.counter("RoceIngress.drops", 2 * 16 + 2)[0] <= before:
             assert time.monotonic() < deadline, "truncated IPv4 not counted as a parse error"
             time.sleep(0.05)
         # a bare Ethernet header claiming IPv4 (the kernel refuses anything shorter)
@@ -296,9 +349,6 @@ class EcnMarkingFollowsRed(RoceSwitchTest):
         assert self.fraction(p.kmax + 1000, ecn=0) == 0.0
         assert self.fraction(max(p.kmin - 2 * length, 0)) == 0.0
         print("ECN operating points (backlog, expected, measured):", results)
-        # leave the queue empty for the tests that follow
-        tu.send_packet(self, AGENT_PORT, tick(SLOW_PORT, 3, 0))
-        self.dataplane.flush()
 
 
 def expect_pfc(test: RoceSwitchTest, port: int, quanta: int):
@@ -377,24 +427,12 @@ class ForgedTickDropped(RoceSwitchTest):
         tu.verify_no_other_packets(self)
 
 
-def thrift():
-    """BMv2's Thrift client (the harness runs us in the switch's namespace)."""
-    from bm_runtime.standard import Standard
-    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
-    from thrift.transport import TSocket, TTransport
-
-    transport = TTransport.TBufferedTransport(TSocket.TSocket("127.0.0.1", 9090))
-    transport.open()
-    return Standard.Client(TMultiplexedProtocol.TMultiplexedProtocol(
-        TBinaryProtocol.TBinaryProtocol(transport), "standard"))
-
-
 class WatchdogIgnoredPfc(RoceSwitchTest):
     """Where the agent's watchdog has a queue ignore PFC (register pfc_ignored), a received
     pause leaves the phantom draining; other classes on the port still pause."""
 
     def runTest(self) -> None:
-        bm = thrift()
+        bm = self.bm
         port = 3
         bm.bm_register_write(0, "pfc_ignored", port * 8 + 3, 1)
         try:
