@@ -70,6 +70,16 @@ def _note(action: str, res: dict) -> str:
                      if r.get("msg") and not r.get("skipped"))
 
 
+def _cmdline(check: bool, tags: str | None, skip_tags: str | None) -> str | None:
+    """ansible-playbook's options for a dry run and tag selection."""
+    args = ["--check"] if check else []
+    if tags:
+        args += ["--tags", tags]
+    if skip_tags:
+        args += ["--skip-tags", skip_tags]
+    return " ".join(args) or None
+
+
 def run_playbook(
     playbook: Path = PLAYBOOK,
     *,
@@ -112,13 +122,7 @@ def run_playbook(
                 on_task(task, outcome, _note(data.get("task_action", ""), res))
         return True
 
-    cmdline = []
-    if check:
-        cmdline.append("--check")
-    if tags:
-        cmdline += ["--tags", tags]
-    if skip_tags:
-        cmdline += ["--skip-tags", skip_tags]
+    cmdline = _cmdline(check, tags, skip_tags)
     with tempfile.TemporaryDirectory(prefix="roce-provision-") as tmp:
         r = ansible_runner.run(
             private_data_dir=tmp,
@@ -127,7 +131,7 @@ def run_playbook(
             inventory="localhost ansible_connection=local ansible_python_interpreter="
                       "/usr/bin/python3",
             extravars=extravars or {},
-            cmdline=" ".join(cmdline) or None,
+            cmdline=cmdline,
             event_handler=handler,
             quiet=True,
             envvars={"ANSIBLE_ROLES_PATH": str(playbook.parent / "roles"),
