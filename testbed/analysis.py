@@ -244,10 +244,13 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
     hidden loss, which only the switches' counters tell). ``buffers``: each lossless queue's
     configured buffer, to say how far past it a queue went."""
     series = load_telemetry(run_dir)
+    # a queue the watchdog cut off with its drop action drops by design, not by accident
+    cut_off = {e.queue for e in load_events(run_dir)
+               if e.event == "storm_detected" and "action=drop" in e.detail}
     over = [s.occupancy_max_bytes - buffers[q] for q, ss in series.items()
             if buffers and q in buffers for s in ss if s.occupancy_max_bytes is not None]
     mine = [s for q, ss in series.items() if q[2] in lossless for s in ss]
-    last = [ss[-1] for q, ss in series.items() if q[2] in lossless and ss]
+    last = [ss[-1] for q, ss in series.items() if q[2] in lossless and ss and q not in cut_off]
     below = [s.below_max_bytes for s in mine if s.below_max_bytes is not None]
     lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
            if s.bmv2_lag_max_us is not None]

@@ -7,6 +7,7 @@ every check does, and otherwise its summary, the CLI and the report say which fa
 
 * ``lossless_drops``: packets a lossless class dropped while PFC was on. With PFC the only loss
   a real switch allows is a headroom overflow, which the buffer sizing here is meant to rule out.
+  A queue the PFC watchdog cut off with its drop action drops by design and is not counted.
 * ``hidden_loss``: frames a switch's veth received that the P4 program never saw (BMv2 lost
   them in front of its pipeline: arrivals faster than it serves them).
 * ``host_loss``: frames an endpoint lost at its own socket: its receive buffer overflowed

@@ -103,6 +103,12 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
         "1.3,leaf1,1,3,pause,65535,1200,\n")
     _write(tel / "cpu.csv", CPU_COLUMNS, [{"t_s": t / 10, "busy_pct": 99, "mean_pct": 99}
                                          for t in range(5)])
+    # a queue the watchdog cut off with its drop action: its drops are the watchdog's
+    with open(tel / "leaf1.telemetry.csv", "a", newline="") as fh:
+        csv.writer(fh).writerow([{**base, "t_s": 1.1, "port": 2, "tc": 3, "drops": 40}.get(c, 0)
+                                 for c, _ in TELEMETRY_COLUMNS])
+    with open(tel / "leaf1.events.csv", "a") as fh:
+        fh.write("1.05,leaf1,2,3,storm_detected,0,,action=drop backlog_packets=30\n")
     f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0,
                          buffers={("leaf1", 1, 3): 140_000}, host_loss=3)
     assert f == Figures(pfc_enabled=True, lossless_drops=2, hidden_loss=0, host_loss=3,
