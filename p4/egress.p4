@@ -24,8 +24,6 @@ control RoceEgress(inout headers_t hdr,
             /* How long BMv2 held it: from its arrival to this egress pass. */
             bit<32> lag = (bit<32>) (std_meta.egress_global_timestamp
                                      - std_meta.ingress_global_timestamp);
-            lag_last.write(0, lag);
-            lag_last_at.write(0, std_meta.egress_global_timestamp);
             bit<32> worst;
             bmv2_lag_max.read(worst, 0);
             if (lag > worst) {

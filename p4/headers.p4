@@ -153,7 +153,6 @@ struct metadata_t {
     bit<16>     pause_quanta;
     bit<48>     refresh_us;
     bit<1>      lossless_data;  /* a data packet admitted into a queue with a profile */
-    bit<32>     unseen;         /* bytes BMv2's input buffer may hold for the queue (lag) */
     /* What a PFC frame made from this packet says: class, quanta (0 = XON), target ports. */
     @field_list(FL_PFC) tc_t    pfc_tc;
     @field_list(FL_PFC) bit<16> pfc_quanta;

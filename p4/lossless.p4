@@ -42,9 +42,8 @@ register<bit<32>>(PORT_TC_CELLS) admitted;
  * that occupancy not yet in the kernel (what BMv2 held). Telemetry: the agent reads both. */
 register<bit<32>>(PORT_TC_CELLS) drift;
 register<bit<32>>(PORT_TC_CELLS) held;
-/* Per (egress port, class): the most that what the PFC decisions work from (the phantom plus
- * the input buffer's unseen bytes) stood below the occupancy a resync found, since the agent
- * last read and cleared it (bytes): the fidelity guard's figure. */
+/* Per (egress port, class): the most the phantom stood below the occupancy a resync found,
+ * since the agent last read and cleared it (bytes): the fidelity guard's figure. */
 register<bit<32>>(PORT_TC_CELLS) below_max;
 /* Per (egress port, class): the largest occupancy a resync found since the agent last read and
  * cleared it (bytes): compared with the configured buffer, whether the queue went past it. */
@@ -52,10 +51,6 @@ register<bit<32>>(PORT_TC_CELLS) occupancy_max;
 /* The longest a data packet spent inside BMv2 (input buffer, ingress, egress queue) since the
  * agent last read and cleared it, in us: the switch's own part of the PFC reaction time. */
 register<bit<32>>(1) bmv2_lag_max;
-/* The last lossless data packet's time inside BMv2 (us) and when it reached egress (us):
- * how far behind BMv2's input buffer runs now (see lag_bytes below). */
-register<bit<32>>(1) lag_last;
-register<bit<48>>(1) lag_last_at;
 /* Per (egress port, class): 1 while the PFC watchdog has the queue stop honouring PFC (its
  * drop and forward actions). Written by the switch agent; received pauses are then ignored, so
  * the phantom keeps draining and no XOFF spreads the storm upstream. */
@@ -128,25 +123,6 @@ control RoceLossless(inout headers_t hdr,
         meta.q = ((bit<64>) q > drained) ? q - (bit<32>) drained : 32w0;
     }
 
-    /* Bytes that may wait, unseen, in BMv2's input buffer: a packet's arrival is stamped when
-     * BMv2 receives it, but this program sees it only when the single ingress thread gets to
-     * it. Those bytes are already in the switch, as in a real switch's ingress accounting, and
-     * arrive at their queue after any XOFF decided now, so the PFC decisions count them: the
-     * port's rate times how far behind the input buffer ran at the last egress, for as long
-     * as that backlog can take to drain. When BMv2 falls behind, PFC then pauses the upstream
-     * earlier, which is also what lets it catch up. Idle, it costs nothing (0 bytes). */
-    action lag_bytes() {
-        bit<32> lag;
-        bit<48> at;
-        lag_last.read(lag, 0);
-        lag_last_at.read(at, 0);
-        bit<32> pending = 0;
-        if (meta.now < at + (bit<48>) lag) {
-            pending = (bit<32>) (((bit<64>) lag * (bit<64>) meta.port_rate_q20) >> 20);
-        }
-        meta.unseen = pending;
-    }
-
     apply {
         meta.now = std_meta.ingress_global_timestamp;
 
@@ -177,7 +153,6 @@ control RoceLossless(inout headers_t hdr,
             queue_profile.apply();
             if (meta.qp_valid == 1) {
                 drain(idx);
-                lag_bytes();
             }
 
             if (is_tick) {
@@ -206,13 +181,11 @@ control RoceLossless(inout headers_t hdr,
                     if (level > peak) {
                         occupancy_max.write(idx, level);
                     }
-                    /* what the PFC decisions work from fell short of the occupancy */
-                    bit<32> seen = meta.q + meta.unseen;
-                    if (level > seen) {
+                    if (level > meta.q) {
                         bit<32> worst;
                         below_max.read(worst, idx);
-                        if (level - seen > worst) {
-                            below_max.write(idx, level - seen);
+                        if (level - meta.q > worst) {
+                            below_max.write(idx, level - meta.q);
                         }
                     }
                 }
@@ -224,7 +197,7 @@ control RoceLossless(inout headers_t hdr,
                 meta.pfc_tc = (tc_t) hdr.tick.tc;
                 if (ports == 0 || meta.qp_valid == 0) {
                     mark_to_drop(std_meta);
-                } else if (level + meta.unseen <= meta.xon) {
+                } else if (level <= meta.xon) {
                     meta.pfc_quanta = 0;                  /* XON: the queue has drained */
                     paused_by.write(idx, 0);
                     std_meta.mcast_grp = PFC_MCAST_GROUP;
@@ -274,7 +247,7 @@ control RoceLossless(inout headers_t hdr,
 
                 /* PFC: over XOFF, pause the port the packet came from (refreshed before the
                  * pause expires). */
-                if (meta.pfc_enable == 1 && q + meta.unseen > meta.xoff) {
+                if (meta.pfc_enable == 1 && q > meta.xoff) {
                     bit<32> pidx = (bit<32>) std_meta.ingress_port * NUM_TCS
                                    + (bit<32>) meta.tc;
                     bit<48> last;

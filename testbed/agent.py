@@ -81,9 +81,8 @@ TELEMETRY_COLUMNS = [
                             "fallen below it"),
     ("held_bytes", "lossless classes, at the last resync: bytes the program had admitted that "
                    "were not yet in the kernel queue (held inside BMv2)"),
-    ("phantom_below_max_bytes", "lossless classes: the most the program's occupancy (phantom "
-                                "plus BMv2's unseen input) stood below the occupancy a resync "
-                                "found, since the previous sample"),
+    ("phantom_below_max_bytes", "lossless classes: the most the phantom stood below the "
+                                "occupancy a resync found, since the previous sample"),
     ("occupancy_max_bytes", "lossless classes: the largest occupancy (kernel backlog plus what "
                             "BMv2 held) a resync found since the previous sample"),
     ("bmv2_lag_max_us", "the switch: the longest a lossless data packet spent inside BMv2 "

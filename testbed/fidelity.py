@@ -20,11 +20,10 @@ every check does, and otherwise its summary, the CLI and the report say which fa
 * ``phantom_below``: how far the program's phantom queue stood below the switch's real
   occupancy at a resync. Whatever it hides, XOFF comes late by as much, and it is taken out of
   the headroom; beyond the headroom a drop is possible.
-* ``bmv2_lag``: the longest BMv2 held a lossless packet (its arrival to its egress pass). The
-  PFC decisions count the bytes such a hold keeps out of sight (so it does not eat the
-  headroom: ``phantom_below`` and ``buffer_exceeded`` judge that), but a switch that holds
-  packets that long no longer keeps the protocol's time: past ``fidelity.bmv2_lag_ms`` the
-  hold is a sizeable part of the scaled DCQCN timers and of the watchdog's polling interval.
+* ``bmv2_lag``: the longest BMv2 held a lossless packet (its arrival to its egress pass). What
+  such a hold does to the buffers, ``phantom_below`` and ``buffer_exceeded`` judge; but a switch
+  that holds packets that long no longer keeps the protocol's time: past ``fidelity.bmv2_lag_ms``
+  the hold is a sizeable part of the scaled DCQCN timers and of the watchdog's polling interval.
 * ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part.
 * ``cpu_saturated``: the longest stretch in which every core was busy; past it, none of the
   times above can be trusted to hold.

@@ -52,6 +52,14 @@ def gate_leak_bytes(mtu: int = DEFAULT_MTU) -> int:
     return max(max_frame_bytes(mtu), MIN_BURST_BYTES)
 
 
+#: The most a lossless queue's kernel limit grows to with the emulation's slack. Packets held in
+#: a qdisc count against the sending socket's buffer (BMv2 sends on blocking sockets from one
+#: thread, with net.core.wmem_default = 16 MiB set by the playbook), at about twice their size
+#: (skb truesize): a limit of 4 MiB stays well under it, so the qdisc drops, visibly, before
+#: the socket would block and stall the whole switch.
+KERNEL_LIMIT_CAP_BYTES = 4 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class QueueProfile:
     tc: int
@@ -112,6 +120,7 @@ def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,
         buffer = xoff + headroom * fan_in if lossless else qos.buffer_bytes
         slack = int(rate_mbps / 8 * qos.pfc.emulation_slack_ms * 1000) * fan_in if lossless \
             else 0
+        slack = min(slack, max(KERNEL_LIMIT_CAP_BYTES - buffer, 0))
         out[tc] = QueueProfile(
             tc=tc, buffer_bytes=buffer, ecn=e is not None, kmin=e.kmin_bytes if e else 0,
             kmax=kmax, pmax=e.pmax if e else 0.0, pfc=lossless, xoff=xoff, xon=xon,

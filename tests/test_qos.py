@@ -3,7 +3,7 @@ refuse thresholds which cannot work: pure arithmetic, no root needed.
 
 The default config at MTU 9000: the largest RoCE frame is 4096 + 60 + 14 = 4170 bytes, the
 closing gate lets 9014 bytes (one 9000-byte frame with its header) through, links have no
-wire delay, the reaction budget is 20 ms, the emulation's slack 100 ms, class 3 is lossless
+wire delay, the reaction budget is 20 ms, the emulation's slack 200 ms, class 3 is lossless
 with ECN between 8400 and 42000 bytes (pmax 0.2), the lossy buffer 200000 bytes.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.config import ConfigError, FabricConfig, QosConfig
-from testbed.qos import check_qos, queue_profiles, required_headroom
+from testbed.qos import KERNEL_LIMIT_CAP_BYTES, check_qos, queue_profiles, required_headroom
 from testbed.validate import parse_config
 
 FRAME, LEAK = 4170, 9014
@@ -22,9 +22,9 @@ def qos(**kw) -> QosConfig:
     return QosConfig.model_validate(kw)
 
 
-# rate: (bytes sent during the 20 ms reaction, the emulation's 100 ms of slack, the PFC
+# rate: (bytes sent during the 20 ms reaction, the emulation's 200 ms of slack, the PFC
 # quantum in us: 512 bits at the rate)
-AT = {10.0: (25_000, 125_000, 51.2), 40.0: (100_000, 500_000, 12.8)}
+AT = {10.0: (25_000, 250_000, 51.2), 40.0: (100_000, 1_000_000, 12.8)}
 
 
 @pytest.mark.parametrize("rate", [10.0, 40.0])
@@ -38,7 +38,7 @@ def test_lossless_class_at_the_default_config(rate: float) -> None:
     assert p.xon == p.xoff - 2 * FRAME == 42_000        # SONiC's xon_offset of two frames
     assert p.headroom == headroom
     assert p.buffer_bytes == p.xoff + headroom == {10.0: 92_694, 40.0: 167_694}[rate]
-    assert p.kernel_limit == p.buffer_bytes + slack == {10.0: 217_694, 40.0: 667_694}[rate]
+    assert p.kernel_limit == p.buffer_bytes + slack == {10.0: 342_694, 40.0: 1_167_694}[rate]
     assert (p.kmin, p.kmax, p.pmax) == (8400, 42_000, 0.2)
     assert p.pause_quanta == 65535
     assert p.refresh_us == int(65535 * quantum / 2) == {10.0: 1_677_696, 40.0: 419_424}[rate]
@@ -58,10 +58,18 @@ def test_lossy_classes_at_the_default_config(rate: float) -> None:
 def test_fan_in_gives_each_ingress_port_its_headroom_and_slack() -> None:
     one, three = queue_profiles(QosConfig(), 10.0), queue_profiles(QosConfig(), 10.0, fan_in=3)
     assert three[3].buffer_bytes == 50_340 + 3 * 42_354 == 177_402
-    assert three[3].kernel_limit == 177_402 + 3 * 125_000 == 552_402
+    assert three[3].kernel_limit == 177_402 + 3 * 250_000 == 927_402
     assert (three[3].xoff, three[3].xon, three[3].headroom) == \
         (one[3].xoff, one[3].xon, one[3].headroom)  # the thresholds do not move
     assert three[0] == one[0]  # a lossy class has one buffer, whatever feeds it
+
+
+def test_the_slack_stops_at_the_kernel_limit_cap() -> None:
+    """40 ingress ports would get 10 MB of slack: the kernel limit stops at 4 MiB, under the
+    switch's 16 MiB socket buffer, so the qdisc drops before BMv2's send would block."""
+    wide = queue_profiles(QosConfig(), 10.0, fan_in=40)[3]
+    assert wide.buffer_bytes == 50_340 + 40 * 42_354 == 1_744_500
+    assert wide.kernel_limit == KERNEL_LIMIT_CAP_BYTES == 4 * 1024 * 1024
 
 
 def test_wire_delay_and_the_configured_thresholds() -> None:
