@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.constants import AGENT_PORT
 from tests.dataplane import bmv2_harness
 
 PTF_DIR = Path(__file__).parent / "ptf"
@@ -19,7 +20,7 @@ def test_ptf_suite(tmp_path: Path) -> None:
     ptf = shutil.which("ptf") or str(Path(sys.executable).parent / "ptf")
     if not Path(ptf).exists():
         pytest.skip("needs PTF: pip install ptf")
-    with bmv2_harness(5, extra_ports=(500,)) as h:
+    with bmv2_harness(5, extra_ports=(AGENT_PORT,)) as h:
         h.session.close()  # the PTF tests become the primary controller
         cmd = ["ip", "netns", "exec", h.ns, sys.executable, ptf, "--test-dir", str(PTF_DIR),
                "--log-file", str(tmp_path / "ptf.log"),
