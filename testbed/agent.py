@@ -9,7 +9,8 @@ switch's network namespace.
   and sends a tick frame into the switch through its own port; the P4 program resyncs its
   phantom queue to it and sends XON, or refreshes XOFF, toward the ports it paused.
 * Telemetry: kernel backlog, drops and sent counters per (port, class) and the gate states, as a
-  CSV time series (:data:`TELEMETRY_COLUMNS`), and every pause as an event (:data:`EVENT_COLUMNS`).
+  CSV time series (:class:`testbed.results.TelemetryRow`), and every pause as an event
+  (:class:`testbed.results.EventRow`).
 * PFC watchdog, as SONiC runs it: every polling interval, a lossless queue that is paused by
   PFC with packets waiting and none leaving loses one interval of its detection time; at zero it
   is a storm, and the action applies (drop: stop honouring PFC and discard the queue's packets;
@@ -25,7 +26,6 @@ Run by the testbed as ``python -m testbed.agent CONFIG.json``; the config is wri
 from __future__ import annotations
 
 import contextlib
-import csv
 import ctypes
 import functools
 import heapq
@@ -40,64 +40,39 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.constants import (
+    ETH_P_ALL,
+    ETH_P_MAC_CONTROL,
+    ETH_P_TICK,
+    NUM_TCS,
+    PACKET_OUTGOING,
+    PFC_QUANTUM_BITS,
+    TICK_SENT_UNKNOWN,
+    TICK_TIMER_ONLY,
+)
 from testbed.pfcwd import PfcWatchdog, QueueObservation, QueueState, StormDetected, StormRestored
-from testbed.ports import NUM_TCS, ClassStats, PortGates, PortSpec, TcBatch
+from testbed.ports import ClassStats, PortGates, PortSpec, TcBatch
+from testbed.results import (
+    EventRow,
+    PfcwdQueue,
+    PfcwdState,
+    TelemetryRow,
+    events_writer,
+    telemetry_writer,
+    write_pfcwd,
+)
 from testbed.tcstats import QdiscReader
 from traffic.packets import parse_pfc
 
-ETH_P_PFC = 0x8808
-ETH_P_TICK = 0x88B6
-ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
 #: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808, drop the rest.
-PFC_BPF = [(0x28, 0, 0, 12), (0x15, 0, 1, ETH_P_PFC), (0x06, 0, 0, 0xFFFF), (0x06, 0, 0, 0)]
-SOL_PACKET = 263
-PACKET_OUTGOING = 4
+PFC_BPF = [(0x28, 0, 0, 12), (0x15, 0, 1, ETH_P_MAC_CONTROL), (0x06, 0, 0, 0xFFFF),
+           (0x06, 0, 0, 0)]
 #: After the switch sends PFC or a lossless queue holds packets, tick fast for this long.
 BUSY_HOLD_S = 1.0
 #: While busy, resync from the kernel this often; timer ticks fill the gaps (no kernel read).
 RESYNC_S = 0.05
-TICK_TIMER_ONLY = 0xFFFFFFFF
-TICK_SENT_UNKNOWN = 0xFFFFFFFF
-PFC_QUANTUM_BITS = 512
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
-
-TELEMETRY_COLUMNS = [
-    ("t_s", "seconds on the run's clock (since the fabric started)"),
-    ("switch", "switch name"),
-    ("port", "switch port number"),
-    ("tc", "traffic class"),
-    ("backlog_bytes", "bytes waiting in the kernel queue of (port, class)"),
-    ("backlog_packets", "packets waiting there"),
-    ("drops", "packets the kernel queue dropped so far (buffer full)"),
-    ("sent_bytes", "bytes the queue has sent so far"),
-    ("sent_packets", "packets the queue has sent so far"),
-    ("paused", "1 while the class is paused by PFC from the peer"),
-    ("pfc_rx", "PFC frames received for this class so far"),
-    ("paused_s", "seconds paused so far"),
-    ("phantom_drift_bytes", "lossless classes: the P4 phantom queue, drained since the last "
-                            "resync, minus the occupancy the resync found (bytes admitted "
-                            "minus what the kernel let go of); negative: the phantom had "
-                            "fallen below it"),
-    ("held_bytes", "lossless classes, at the last resync: bytes the program had admitted that "
-                   "were not yet in the kernel queue (held inside BMv2)"),
-    ("phantom_below_max_bytes", "lossless classes: the most the program's occupancy (phantom "
-                                "plus BMv2's unseen input) stood below the occupancy a resync "
-                                "found, since the previous sample"),
-    ("occupancy_max_bytes", "lossless classes: the largest occupancy (kernel backlog plus what "
-                            "BMv2 held) a resync found since the previous sample"),
-    ("bmv2_lag_max_us", "the switch: the longest a lossless data packet spent inside BMv2 "
-                        "(arrival to egress) since the previous sample"),
-]
-EVENT_COLUMNS = [
-    ("t_s", "when, on the run's clock"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
-    ("event", "pause, resume (XON), expire (quanta ran out), storm_detected (with the "
-              "watchdog action) or storm_restored"),
-    ("quanta", "quanta in the frame"),
-    ("reaction_us", "frame received by the kernel to gate command issued"),
-    ("detail", "watchdog: the action taken, the packets dropped"),
-]
-
 
 @dataclass
 class AgentPort:
@@ -167,8 +142,10 @@ class PortRuntime:
     cfg: AgentPort
     gates: PortGates
     sock: socket.socket
-    pause: list[PauseState] = field(default_factory=lambda: [PauseState() for _ in range(8)])
-    wd: list[WatchdogState] = field(default_factory=lambda: [WatchdogState() for _ in range(8)])
+    pause: list[PauseState] = field(
+        default_factory=lambda: [PauseState() for _ in range(NUM_TCS)])
+    wd: list[WatchdogState] = field(
+        default_factory=lambda: [WatchdogState() for _ in range(NUM_TCS)])
 
 
 def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
@@ -232,14 +209,9 @@ class SwitchAgent:
         self.timers: list[tuple[float, int, int]] = []  # (when, port, tc): a pause expires
         self.running = True
         self.stats = {"ticks": 0, "pfc_rx": 0, "gate_changes": 0}
-        out = Path(cfg.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self._tel = open(out / f"{cfg.switch}.telemetry.csv", "w", newline="")  # noqa: SIM115
-        self._tel_w = csv.writer(self._tel)
-        self._tel_w.writerow([c for c, _ in TELEMETRY_COLUMNS])
-        self._ev = open(out / f"{cfg.switch}.events.csv", "w", newline="")  # noqa: SIM115
-        self._ev_w = csv.writer(self._ev)
-        self._ev_w.writerow([c for c, _ in EVENT_COLUMNS])
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        self.telemetry_log = telemetry_writer(cfg.out_dir, cfg.switch)
+        self.event_log = events_writer(cfg.out_dir, cfg.switch)
         self.hot: set[tuple[int, int]] = set()  # lossless queues that held packets lately
         self.busy_until = 0.0
         self._thrift = None
@@ -284,12 +256,10 @@ class SwitchAgent:
 
     def _event(self, pr: PortRuntime, tc: int, what: str, quanta: int,
                t_kernel: float | None, detail: str = "") -> None:
-        reaction = ""
-        if t_kernel is not None:
-            reaction = f"{(time.time() - t_kernel) * 1e6:.0f}"
-        self._ev_w.writerow([f"{self.now():.6f}", self.cfg.switch, pr.cfg.number, tc, what,
-                             quanta, reaction, detail])
-        self._ev.flush()
+        reaction = None if t_kernel is None else (time.time() - t_kernel) * 1e6
+        self.event_log.write(EventRow(self.now(), self.cfg.switch, pr.cfg.number, tc, what,
+                                      quanta, reaction, detail))
+        self.event_log.flush()
 
     # -- PFC watchdog -------------------------------------------------------------------
     # The decisions are testbed.pfcwd's (a pure state machine, SONiC's pfcwd); here is only
@@ -361,20 +331,15 @@ class SwitchAgent:
         self._event(pr, act.tc, "storm_restored", 0, None, act.detail)
 
     def _write_state(self) -> None:
-        """``<switch>.pfcwd.json`` for the Mininet CLI's ``pfcwd`` command (written whole,
-        then renamed, so a reader never sees half a file)."""
+        """``<switch>.pfcwd.json`` for the Mininet CLI's ``pfcwd`` command."""
         if not self.cfg.state_file:
             return
-        state = {"switch": self.cfg.switch, "t_s": round(self.now(), 3),
-                 "action": self.wd_action, "queues": []}
-        for (n, tc), q in self.watchdog.queues.items():
-            state["queues"].append({
-                "port": n, "tc": tc, "storm": q.storm, "storms": q.storms,
-                "paused": bool(self.ports[n].pause[tc].until), "dropped": q.dropped,
-                "detection_left_ms": q.detection_left_ms})
-        tmp = Path(self.cfg.state_file + ".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(self.cfg.state_file)
+        write_pfcwd(self.cfg.state_file, PfcwdState(
+            switch=self.cfg.switch, t_s=round(self.now(), 3), action=self.wd_action,
+            queues=[PfcwdQueue(port=n, tc=tc, storm=q.storm, storms=q.storms,
+                               paused=bool(self.ports[n].pause[tc].until), dropped=q.dropped,
+                               detection_left_ms=q.detection_left_ms)
+                    for (n, tc), q in self.watchdog.queues.items()]))
 
     def expire(self) -> None:
         now = self.clock()
@@ -508,7 +473,7 @@ class SwitchAgent:
 
     def sample(self) -> None:
         now = self.clock()
-        t = f"{self.now():.4f}"
+        t_s = self.now()
         backlogs = self._backlogs()
         regs, lag = self._registers()
         if now >= self.busy_until:
@@ -521,13 +486,12 @@ class SwitchAgent:
                     continue
                 ps = pr.pause[tc]
                 paused_s = ps.total + (now - ps.since if ps.until else 0.0)
-                d, held, below, peak = regs.get(n * NUM_TCS + tc, ("", "", "", ""))
-                self._tel_w.writerow([t, self.cfg.switch, n, tc, st.backlog_bytes,
-                                      st.backlog_packets, st.drops, st.sent_bytes,
-                                      st.sent_packets, int(bool(ps.until)), ps.frames,
-                                      f"{paused_s:.4f}", d, held, below, peak,
-                                      "" if lag is None else lag])
-        self._tel.flush()
+                d, held, below, peak = regs.get(n * NUM_TCS + tc, (None, None, None, None))
+                self.telemetry_log.write(TelemetryRow(
+                    t_s, self.cfg.switch, n, tc, st.backlog_bytes, st.backlog_packets, st.drops,
+                    st.sent_bytes, st.sent_packets, bool(ps.until), ps.frames, paused_s,
+                    d, held, below, peak, lag))
+        self.telemetry_log.flush()
 
     # -- loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -603,8 +567,8 @@ class SwitchAgent:
             pr.gates.ipr.close()
         self.batch.close()
         self.tick_sock.close()
-        self._tel.close()
-        self._ev.close()
+        self.telemetry_log.close()
+        self.event_log.close()
 
 
 def main() -> None:
