@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,12 @@ def test_ptf_suite(tmp_path: Path) -> None:
                "--test-params", f"grpc_addr='{h.grpc_addr}';device_id={h.device_id}"]
         for p in h.ports:
             cmd += ["-i", f"{p}@{h.ptf_intf(p)}"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                           cwd=Path(__file__).parent.parent)
+        # the ptf script's own folder heads sys.path, not the cwd: name this checkout, or the
+        # tests import whatever testbed the venv has installed (another checkout's)
+        repo = str(Path(__file__).parent.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [repo, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=repo, env=env)
         alive = h.switch.alive()
     print(r.stdout[-4000:], r.stderr[-4000:])
     assert r.returncode == 0, f"PTF failed:\n{r.stderr[-6000:]}"
