@@ -14,7 +14,6 @@ Writes lossless.json and lossless.md to benchmarks/out.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shutil
 import statistics
@@ -28,6 +27,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from testbed.analysis import pause_reactions_us  # noqa: E402
 from testbed.config import FabricConfig  # noqa: E402
 from testbed.control import P4_DIR, build_switch_program  # noqa: E402
 from testbed.network import Fabric  # noqa: E402
@@ -125,11 +125,7 @@ def fabric_measures(seconds: float = 5.0) -> dict:
         time.sleep(1.0)
         busy = cpu(seconds)
         time.sleep(2.0)
-        reactions = []
-        for f in Path(tmp).glob("telemetry/*.events.csv"):
-            with open(f) as fh:
-                reactions += [int(r["reaction_us"]) for r in csv.DictReader(fh)
-                              if r["event"] == "pause" and r["reaction_us"]]
+        reactions = pause_reactions_us(Path(tmp))
     reactions.sort()
     return {"agent_cpu_idle_cores": round(idle, 4), "agent_cpu_incast_cores": round(busy, 4),
             "pause_reaction_us_median": statistics.median(reactions) if reactions else None,

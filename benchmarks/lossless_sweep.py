@@ -13,7 +13,6 @@ Writes lossless_sweep-<tag>.json and .md to benchmarks/out.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from testbed.results import run_telemetry  # noqa: E402
 from tests.lossless_cases import lossless_failures, make_case, run_case  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -28,13 +28,8 @@ OUT = Path(__file__).resolve().parent / "out"
 
 def samples(run_dir: Path, column: str) -> list[int]:
     """A telemetry column over the busy lossless (class 3) queues of a run, where present."""
-    out = []
-    for f in (run_dir / "telemetry").glob("*.telemetry.csv"):
-        with open(f, newline="") as fh:
-            for r in csv.DictReader(fh):
-                if r["tc"] == "3" and r.get(column) and int(r["backlog_bytes"]) > 0:
-                    out.append(int(r[column]))
-    return out
+    return [getattr(r, column) for r in run_telemetry(run_dir)
+            if r.tc == 3 and getattr(r, column) is not None and r.backlog_bytes > 0]
 
 
 def pct(values: list[int], q: float) -> int | None:

@@ -1,7 +1,8 @@
 """What a run's telemetry says about deadlock and the PFC watchdog.
 
 A run folder holds every switch agent's samples (``telemetry/<switch>.telemetry.csv``) and
-events (``telemetry/<switch>.events.csv``), all on the run's clock. From them:
+events (``telemetry/<switch>.events.csv``), all on the run's clock, read with
+:mod:`testbed.results`. From them:
 
 * **Stuck queues**: a queue that, over a window, always held packets, sent none and kept
   receiving PFC. After the senders stop, that is a deadlock's signature (Hu et al., HotNets
@@ -14,39 +15,11 @@ events (``telemetry/<switch>.events.csv``), all on the run's clock. From them:
 
 from __future__ import annotations
 
-import csv
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.fidelity import Figures, longest_run
-
-QueueId = tuple[str, int, int]  # (switch, port, class)
-
-
-@dataclass(frozen=True)
-class Sample:
-    t_s: float
-    backlog_bytes: int
-    backlog_packets: int
-    sent_packets: int
-    paused: bool
-    pfc_rx: int
-    drops: int
-    sent_bytes: int = 0
-    paused_s: float = 0.0
-    drift_bytes: int | None = None  # lossless classes: phantom - occupancy at the last resync
-    held_bytes: int | None = None  # lossless classes: of that occupancy, not yet in the kernel
-    below_max_bytes: int | None = None  # lossless: worst phantom shortfall since last sample
-    occupancy_max_bytes: int | None = None  # lossless: largest occupancy a resync found
-    bmv2_lag_max_us: int | None = None  # the switch: longest hold of a lossless packet
-
-
-@dataclass(frozen=True)
-class Event:
-    t_s: float
-    queue: QueueId
-    event: str
-    detail: str
+from testbed.results import EventRow, QueueId, TelemetryRow, run_cpu, run_events, run_telemetry
 
 
 @dataclass(frozen=True)
@@ -74,46 +47,26 @@ def queue_name(q: QueueId) -> str:
     return f"{q[0]}:{q[1]}:{q[2]}"
 
 
-def _int(v: str | None) -> int | None:
-    return int(v) if v else None
-
-
-def load_telemetry(run_dir: Path) -> dict[QueueId, list[Sample]]:
-    out: dict[QueueId, list[Sample]] = {}
-    for path in sorted((run_dir / "telemetry").glob("*.telemetry.csv")):
-        with open(path, newline="") as fh:
-            for r in csv.DictReader(fh):
-                q = (r["switch"], int(r["port"]), int(r["tc"]))
-                out.setdefault(q, []).append(Sample(
-                    float(r["t_s"]), int(r["backlog_bytes"]), int(r["backlog_packets"]),
-                    int(r["sent_packets"]), r["paused"] == "1", int(r["pfc_rx"]),
-                    int(r["drops"]), int(r["sent_bytes"]), float(r["paused_s"]),
-                    _int(r.get("phantom_drift_bytes")), _int(r.get("held_bytes")),
-                    _int(r.get("phantom_below_max_bytes")),
-                    _int(r.get("occupancy_max_bytes")), _int(r.get("bmv2_lag_max_us"))))
+def load_telemetry(run_dir: Path) -> dict[QueueId, list[TelemetryRow]]:
+    """Each queue's samples, in time order."""
+    out: dict[QueueId, list[TelemetryRow]] = {}
+    for s in run_telemetry(run_dir):
+        out.setdefault(s.queue, []).append(s)
     return out
 
 
 def pause_reactions_us(run_dir: Path) -> list[int]:
     """Every pause the agents applied: the frame's arrival in the kernel to the gate command."""
-    out = []
-    for path in sorted((run_dir / "telemetry").glob("*.events.csv")):
-        with open(path, newline="") as fh:
-            out += [int(float(r["reaction_us"])) for r in csv.DictReader(fh)
-                    if r["event"] == "pause" and r["reaction_us"]]
-    return out
+    return [int(e.reaction_us) for e in run_events(run_dir)
+            if e.event == "pause" and e.reaction_us is not None]
 
 
-def load_events(run_dir: Path) -> list[Event]:
-    out = []
-    for path in sorted((run_dir / "telemetry").glob("*.events.csv")):
-        with open(path, newline="") as fh:
-            out += [Event(float(r["t_s"]), (r["switch"], int(r["port"]), int(r["tc"])),
-                          r["event"], r["detail"]) for r in csv.DictReader(fh)]
-    return sorted(out, key=lambda e: e.t_s)
+def load_events(run_dir: Path) -> list[EventRow]:
+    """Every switch's events, in time order."""
+    return sorted(run_events(run_dir), key=lambda e: e.t_s)
 
 
-def stuck_queues(series: dict[QueueId, list[Sample]], start_s: float, end_s: float,
+def stuck_queues(series: dict[QueueId, list[TelemetryRow]], start_s: float, end_s: float,
                  tcs: list[int]) -> list[StuckQueue]:
     """Queues of the given classes that were stuck for all of [start_s, end_s]: packets waiting
     at every sample, not one sent, and PFC still arriving (the pause was being refreshed)."""
@@ -132,7 +85,7 @@ def stuck_queues(series: dict[QueueId, list[Sample]], start_s: float, end_s: flo
     return found
 
 
-def stalls(series: dict[QueueId, list[Sample]], tcs: list[int]) -> list[tuple[QueueId, float,
+def stalls(series: dict[QueueId, list[TelemetryRow]], tcs: list[int]) -> list[tuple[QueueId, float,
                                                                                float]]:
     """Stretches of consecutive samples in which a queue was paused with packets waiting and
     sent nothing: (queue, first such sample, last such sample)."""
@@ -140,8 +93,8 @@ def stalls(series: dict[QueueId, list[Sample]], tcs: list[int]) -> list[tuple[Qu
     for q, samples in sorted(series.items()):
         if q[2] not in tcs:
             continue
-        start: Sample | None = None
-        last: Sample | None = None
+        start: TelemetryRow | None = None
+        last: TelemetryRow | None = None
         for s in samples:
             held = s.paused and s.backlog_packets > 0
             if held and start is not None and s.sent_packets == start.sent_packets:
@@ -155,7 +108,7 @@ def stalls(series: dict[QueueId, list[Sample]], tcs: list[int]) -> list[tuple[Qu
     return out
 
 
-def detections(events: list[Event]) -> list[Detection]:
+def detections(events: list[EventRow]) -> list[Detection]:
     """Each watchdog detection, with the start of the pause it broke and its restoration."""
     out = []
     paused_since: dict[QueueId, float] = {}
@@ -206,7 +159,7 @@ def telemetry_summary(run_dir: Path) -> dict:
         last = samples[-1]
         if not (last.sent_packets or last.drops or last.pfc_rx):
             continue
-        d = [abs(s.drift_bytes) for s in samples if s.drift_bytes is not None
+        d = [abs(s.phantom_drift_bytes) for s in samples if s.phantom_drift_bytes is not None
              and s.backlog_packets > 0]
         drifts += d
         held += [s.held_bytes for s in samples if s.held_bytes is not None
@@ -251,16 +204,14 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
             if buffers and q in buffers for s in ss if s.occupancy_max_bytes is not None]
     mine = [s for q, ss in series.items() if q[2] in lossless for s in ss]
     last = [ss[-1] for q, ss in series.items() if q[2] in lossless and ss and q not in cut_off]
-    below = [s.below_max_bytes for s in mine if s.below_max_bytes is not None]
+    below = [s.phantom_below_max_bytes for s in mine if s.phantom_below_max_bytes is not None]
     lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
            if s.bmv2_lag_max_us is not None]
     reactions = pause_reactions_us(run_dir)
-    cpu_path = run_dir / "telemetry" / "cpu.csv"
+    cpu_rows = run_cpu(run_dir)
     cpu = None
-    if cpu_path.exists():
-        with open(cpu_path, newline="") as fh:
-            rows = [(float(r["t_s"]), float(r["busy_pct"])) for r in csv.DictReader(fh)]
-        cpu = longest_run(rows, cpu_busy_pct)
+    if cpu_rows is not None:
+        cpu = longest_run([(r.t_s, r.busy_pct) for r in cpu_rows], cpu_busy_pct)
     return Figures(
         pfc_enabled=bool(lossless),
         lossless_drops=sum(s.drops for s in last) if last else None,

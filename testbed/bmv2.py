@@ -20,6 +20,8 @@ from pathlib import Path
 
 import grpc
 
+from testbed.constants import NUM_TCS
+
 BINARY = "simple_switch_grpc"
 
 
@@ -41,7 +43,7 @@ class Bmv2Options:
     grpc_socket: Path
     log_path: Path
     thrift_port: int = 9090
-    priority_queues: int = 8
+    priority_queues: int = NUM_TCS  # one per class (the program sets priority = class)
     log: bool = False
     log_max_bytes: int = 20 * 1024 * 1024
     nice: int = 0  # scheduling priority, inherited by every thread of the switch

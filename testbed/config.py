@@ -20,6 +20,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from testbed.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_PORT_BITMAP_BITS
+
 #: Fields of the packet that ECMP may hash on. The UDP source port is the only per-QP entropy a
 #: RoCEv2 flow carries, so leaving it out is how polarization is shown.
 HashField = Literal["src_ip", "dst_ip", "ip_proto", "src_port", "dst_port"]
@@ -31,10 +33,10 @@ MAX_LEAVES = 250
 MAX_HOSTS_PER_LEAF = 250
 MAX_SPINES = 64
 MAX_PORTS = 510
-#: Width of the P4 program's paused-ports bitmaps (``paused_by`` in p4/lossless.p4, ``pfc_ports``
-#: in p4/headers.p4): bit n stands for port n. Ports are numbered from 1, so with PFC on a switch
-#: can have ports 1..63 and no more (a shift by 64 is 0 in P4: port 64 could never be paused).
-PFC_PORT_BITMAP_BITS = 64
+#: PFC_PORT_BITMAP_BITS is the width of the P4 program's paused-ports bitmaps (``paused_by`` in
+#: p4/lossless.p4, ``pfc_ports`` in p4/headers.p4): bit n stands for port n. Ports are numbered
+#: from 1, so with PFC on a switch can have ports 1..63 and no more (a shift by 64 is 0 in P4:
+#: port 64 could never be paused).
 MAX_PFC_PORTS = PFC_PORT_BITMAP_BITS - 1
 #: A watchdog port name: switch, colon, port number (e.g. leaf1:3).
 _SWITCH_PORT = re.compile(r"[a-z][a-z0-9]*:[0-9]+")
@@ -234,8 +236,8 @@ class PfcConfig(_Strict):
         None, gt=0, description="Room above XOFF for what is in flight after XOFF. Default: "
         "2 x rate x link delay + 2 frames + rate x reaction time (SONiC's headroom formula).")
     pause_quanta: int = Field(
-        65535, ge=1, le=65535, description="Quanta in each XOFF (512 bit times each): 3.36 ms at "
-        "10G, 3.36 s at 10 Mbit/s.")
+        PFC_MAX_QUANTA, ge=1, le=PFC_MAX_QUANTA, description="Quanta in each XOFF (512 bit "
+        "times each): 3.36 ms at 10G, 3.36 s at 10 Mbit/s.")
     refresh_fraction: float = Field(
         0.5, gt=0, lt=1, description="Refresh XOFF after this fraction of its pause time.")
     link_delay_us: float = Field(
@@ -266,7 +268,8 @@ class QosConfig(_Strict):
             "class with a DSCP this map puts in it (see QosConfig.tc_to_dscp)."
         ),
     )
-    default_tc: int = Field(0, ge=0, le=7, description="Class of any DSCP not in the map.")
+    default_tc: int = Field(
+        0, ge=0, le=NUM_TCS - 1, description="Class of any DSCP not in the map.")
     cnp_dscp: int = Field(
         48, ge=0, le=63, description="DSCP the hosts' NICs mark CNPs with; the map gives its "
         "class, which must not be lossless. Real counterpart: ConnectX's cnp_dscp "
@@ -286,27 +289,28 @@ class QosConfig(_Strict):
     @field_validator("dscp_to_tc_map")
     @classmethod
     def _dscp_range(cls, v: dict[int, int]) -> dict[int, int]:
-        bad = [f"{d}->{t}" for d, t in v.items() if not (0 <= d <= 63 and 0 <= t <= 7)]
+        bad = [f"{d}->{t}" for d, t in v.items() if not (0 <= d <= 63 and 0 <= t < NUM_TCS)]
         if bad:
             raise ValueError(
-                f"entries {', '.join(bad)} are out of range: DSCP is 0..63, class is 0..7"
+                f"entries {', '.join(bad)} are out of range: DSCP is 0..63, class is "
+                f"0..{NUM_TCS - 1}"
             )
         return v
 
     @field_validator("pfc_enable")
     @classmethod
     def _classes(cls, v: list[int]) -> list[int]:
-        bad = [c for c in v if not 0 <= c <= 7]
+        bad = [c for c in v if not 0 <= c < NUM_TCS]
         if bad:
-            raise ValueError(f"classes {bad} are out of range 0..7")
+            raise ValueError(f"classes {bad} are out of range 0..{NUM_TCS - 1}")
         return sorted(set(v))
 
     @field_validator("ecn")
     @classmethod
     def _ecn_classes(cls, v: dict[int, EcnProfile]) -> dict[int, EcnProfile]:
-        bad = [c for c in v if not 0 <= c <= 7]
+        bad = [c for c in v if not 0 <= c < NUM_TCS]
         if bad:
-            raise ValueError(f"classes {bad} are out of range 0..7")
+            raise ValueError(f"classes {bad} are out of range 0..{NUM_TCS - 1}")
         return v
 
     @model_validator(mode="after")
@@ -338,7 +342,7 @@ class QosConfig(_Strict):
         sent, and a scenario's flow in it is refused.
         """
         out = {}
-        for tc in range(8):
+        for tc in range(NUM_TCS):
             dscps = {d for d, t in self.dscp_to_tc_map.items() if t == tc}
             if tc == self.default_tc:
                 dscps |= set(range(64)) - set(self.dscp_to_tc_map)

@@ -22,11 +22,10 @@ from p4runtime_sh.context import Context, P4Type
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from testbed.config import HASH_FIELDS, FabricConfig
+from testbed.constants import AGENT_PORT as AGENT_PORT  # re-exported: testbed.network's
+from testbed.constants import PFC_MCAST_GROUP
 from testbed.qos import quantum_us, queue_profiles
 from testbed.topology import Route, Switch, Topology, compute_routes
-
-AGENT_PORT = 500  # the switch agent's own port (p4/headers.p4)
-PFC_MCAST_GROUP = 1
 
 P4_DIR = Path(__file__).resolve().parent.parent / "p4"
 P4INFO_PATH = P4_DIR / "compiled" / "roce_switch.p4info.txtpb"

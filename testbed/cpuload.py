@@ -1,4 +1,5 @@
-"""How busy the machine's cores were during a run: ``telemetry/cpu.csv``.
+"""How busy the machine's cores were during a run: ``telemetry/cpu.csv`` (its columns are
+:data:`testbed.results.CPU_COLUMNS`).
 
 Every process of a fabric (BMv2, agents, endpoints) shares the machine's cores; when all of
 them are busy, the emulation's timings stop being its own (see :mod:`testbed.fidelity`).
@@ -8,15 +9,11 @@ boot; busy is everything but idle and iowait.
 
 from __future__ import annotations
 
-import csv
 import threading
 import time
 from pathlib import Path
 
-CPU_COLUMNS = [("t_s", "seconds on the run's clock"),
-               ("busy_pct", "the least busy core's share of the period spent busy (%): 100 "
-                            "means every core was saturated"),
-               ("mean_pct", "all cores' mean busy share (%)")]
+from testbed.results import CpuRow, cpu_writer
 
 
 def read_jiffies(text: str) -> list[tuple[int, int]]:
@@ -40,7 +37,7 @@ def busy_shares(before: list[tuple[int, int]], after: list[tuple[int, int]]) -> 
 
 
 class CpuSampler(threading.Thread):
-    """Samples every core's load into a CSV until stopped."""
+    """Samples every core's load into a CSV (:class:`testbed.results.CpuRow`) until stopped."""
 
     def __init__(self, path: Path, t0: float, period_s: float = 0.2) -> None:
         super().__init__(daemon=True, name="cpu-sampler")
@@ -50,16 +47,14 @@ class CpuSampler(threading.Thread):
     def run(self) -> None:
         stat = Path("/proc/stat")
         prev = read_jiffies(stat.read_text())
-        with open(self.path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow([c for c, _ in CPU_COLUMNS])
+        with cpu_writer(self.path) as out:
             while not self.stop_event.wait(self.period_s):
                 cur = read_jiffies(stat.read_text())
                 shares = busy_shares(prev, cur)
                 prev = cur
-                w.writerow([f"{time.monotonic() - self.t0:.3f}", f"{min(shares):.1f}",
-                            f"{sum(shares) / len(shares):.1f}"])
-                fh.flush()
+                out.write(CpuRow(time.monotonic() - self.t0, min(shares),
+                                 sum(shares) / len(shares)))
+                out.flush()
 
     def stop(self) -> None:
         self.stop_event.set()

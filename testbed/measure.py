@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from testbed.constants import NUM_DROP_REASONS, NUM_TCS, gate_class
 from testbed.topology import Topology, intf_name
-
-NUM_TCS = 8
 
 
 @dataclass
@@ -49,9 +48,8 @@ def kernel_stats(node, ports: list[int], switch: str) -> dict[int, dict[int, dic
             continue
         per: dict[int, dict] = {}
         for q in qdiscs:
-            major = int(q["handle"].split(":")[0], 16)
-            tc = major - 0x10
-            if q.get("kind") != "tbf" or not 0 <= tc < NUM_TCS:
+            tc = gate_class(int(q["handle"].split(":")[0], 16))
+            if q.get("kind") != "tbf" or tc is None:
                 continue
             per[tc] = {"backlog_bytes": q.get("backlog", 0), "backlog_packets": q.get("qlen", 0),
                        "drops": q.get("drops", 0), "sent_bytes": q.get("bytes", 0),
@@ -72,7 +70,8 @@ def veth_rx(node, ports: list[int], switch: str) -> dict[int, int]:
 
 
 #: Cells per port of each counter array the testbed reads; the rest are per (port, class).
-CELLS_PER_PORT = {"RoceIngress.rx_port": 1, "RoceEgress.tx_port": 1, "RoceIngress.drops": 16}
+CELLS_PER_PORT = {"RoceIngress.rx_port": 1, "RoceEgress.tx_port": 1,
+                  "RoceIngress.drops": NUM_DROP_REASONS}
 
 
 def counter_cells(name: str, ports: list[int]) -> list[int]:
@@ -102,7 +101,7 @@ def switch_counters(fabric, switch: str) -> SwitchCounters:
                            p4_tx.get(p, (0, 0))[0]) for p in ports}
     return SwitchCounters(
         ports=pcs,
-        drops=_split(read("RoceIngress.drops"), 16),
+        drops=_split(read("RoceIngress.drops"), NUM_DROP_REASONS),
         pfc_tx=_split(read("RoceEgress.pfc_egress.pfc_tx"), NUM_TCS),
         pfc_rx=_split(read("RoceIngress.pfc_rx"), NUM_TCS),
         ecn_marked=_split(read("RoceIngress.lossless.ecn_marked"), NUM_TCS),

@@ -3,10 +3,9 @@ queue) and `ports SWITCH` (kernel queues of a switch's ports)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from mininet.cli import CLI
+
+from testbed.results import pfcwd_states
 
 
 class TestbedCLI(CLI):
@@ -18,23 +17,21 @@ class TestbedCLI(CLI):
 
     def do_pfcwd(self, line: str) -> None:
         """pfcwd [SWITCH]: PFC watchdog state of each lossless queue (storms, drops)."""
-        files = sorted(Path(self.fabric.runtime_dir).glob("*.pfcwd.json"))
+        states = pfcwd_states(self.fabric.runtime_dir)
         want = line.split()
-        if not files:
+        if not states:
             self.stdout.write("no watchdog state: enable agent.pfc_watchdog in the config\n")
             return
         self.stdout.write(f"{'switch':<8} {'port':>4} {'tc':>2} {'state':<7} {'storms':>6} "
                           f"{'dropped':>8} {'paused':>6} {'left_ms':>7}\n")
-        for f in files:
-            st = json.loads(f.read_text())
-            if want and st["switch"] not in want:
+        for st in states:
+            if want and st.switch not in want:
                 continue
-            for q in st["queues"]:
-                state = "STORM" if q["storm"] else "ok"
+            for q in st.queues:
+                state = "STORM" if q.storm else "ok"
                 self.stdout.write(
-                    f"{st['switch']:<8} {q['port']:>4} {q['tc']:>2} {state:<7} "
-                    f"{q['storms']:>6} {q['dropped']:>8} {str(q['paused']):>6} "
-                    f"{q['detection_left_ms']:>7}\n")
+                    f"{st.switch:<8} {q.port:>4} {q.tc:>2} {state:<7} {q.storms:>6} "
+                    f"{q.dropped:>8} {str(q.paused):>6} {q.detection_left_ms:>7}\n")
 
     def do_ports(self, line: str) -> None:
         """ports SWITCH: backlog, drops and sent packets of each port's kernel class queues."""

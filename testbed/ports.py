@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-NUM_TCS = 8
+from testbed.constants import ETH_P_MAC_CONTROL, NUM_TCS, gate_class, gate_major
+
 CONTROL_CLASSID = 0x20
 #: A class whose queue keeps nothing: a "kick" frame sent into it makes the kernel run the
 #: port's qdisc once more. tbf stops its own timer when its rate is changed, and htb does not
@@ -55,12 +56,12 @@ class PortSpec:
 
 
 def class_handle(tc: int) -> str:
-    return f"1:{0x10 + tc:x}"
+    return f"1:{gate_major(tc):x}"
 
 
 def gate_handle(tc: int) -> int:
     """The tbf gate's qdisc handle (major number), as an int for netlink."""
-    return (0x10 + tc) << 16
+    return gate_major(tc) << 16
 
 
 def scheduler_commands(spec: PortSpec) -> list[str]:
@@ -71,7 +72,7 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
     burst = max(spec.max_frame, MIN_BURST_BYTES)
     default_flow = class_handle(spec.default_tc)
     lines = [
-        f"qdisc replace dev {dev} root handle 1: htb default {0x10 + spec.default_tc:x}",
+        f"qdisc replace dev {dev} root handle 1: htb default {gate_major(spec.default_tc):x}",
         f"class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
         f"burst {burst} cburst {burst} quantum {burst}",
         f"class add dev {dev} parent 1:1 classid 1:{CONTROL_CLASSID:x} htb rate {guaranteed}bit "
@@ -87,11 +88,11 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
             f"class add dev {dev} parent 1:1 classid {class_handle(tc)} htb rate {guaranteed}bit "
             f"ceil {rate}bit prio {NUM_TCS - 1 - tc} burst {burst} cburst {burst} "
             f"quantum {burst}",
-            f"qdisc add dev {dev} parent {class_handle(tc)} handle {0x10 + tc:x}: tbf "
+            f"qdisc add dev {dev} parent {class_handle(tc)} handle {gate_major(tc):x}: tbf "
             f"rate {OPEN_RATE_BPS}bit burst {burst} limit {spec.buffers[tc]}",
         ]
-    lines.append(f"filter add dev {dev} parent 1: protocol 0x8808 prio 1 u32 match u32 0 0 "
-                 f"flowid 1:{CONTROL_CLASSID:x}")
+    lines.append(f"filter add dev {dev} parent 1: protocol {ETH_P_MAC_CONTROL:#06x} prio 1 u32 "
+                 f"match u32 0 0 flowid 1:{CONTROL_CLASSID:x}")
     lines.append(f"filter add dev {dev} parent 1: protocol {ETH_P_KICK:#06x} prio 2 u32 match u32 "
                  f"0 0 flowid 1:{KICK_CLASSID:x}")
     for dscp, tc in spec.dscp_to_tc:
@@ -144,8 +145,9 @@ class TcBatch:
 def gate_command(spec: PortSpec, tc: int, closed: bool, limit: int | None = None) -> str:
     rate = CLOSED_RATE_BPS if closed else OPEN_RATE_BPS
     limit = spec.buffers[tc] if limit is None else limit
-    return (f"qdisc change dev {spec.ifname} parent {class_handle(tc)} handle {0x10 + tc:x}: "
-            f"tbf rate {rate}bit burst {max(spec.max_frame, 1600)} limit {limit}")
+    return (f"qdisc change dev {spec.ifname} parent {class_handle(tc)} "
+            f"handle {gate_major(tc):x}: tbf rate {rate}bit "
+            f"burst {max(spec.max_frame, MIN_BURST_BYTES)} limit {limit}")
 
 
 class PortGates:
@@ -233,7 +235,7 @@ class PortGates:
         if now is not None:
             self._base[tc] = (now.drops + now.backlog_packets, now.sent_bytes, now.sent_packets)
         self.batch.run(f"qdisc del dev {self.spec.ifname} parent {class_handle(tc)} "
-                       f"handle {0x10 + tc:x}:")
+                       f"handle {gate_major(tc):x}:")
         self.batch.run(gate_command(self.spec, tc, False, limit=1).replace(
             "qdisc change", "qdisc add"))
         self.closed[tc] = False
@@ -268,17 +270,16 @@ class PortGates:
         if dump is not None:
             out_fast: dict[int, ClassStats] = {}
             for q in dump:
-                tc = (q.handle >> 16) - 0x10
-                if q.ifindex == self.ifindex and q.kind == "tbf" and 0 <= tc < NUM_TCS:
+                tc = gate_class(q.handle >> 16)
+                if q.ifindex == self.ifindex and q.kind == "tbf" and tc is not None:
                     d, b, n = self._base[tc]
                     out_fast[tc] = ClassStats(q.backlog, q.qlen, d + q.drops, b + q.bytes,
                                               n + q.packets)
             return out_fast
         out: dict[int, ClassStats] = {}
         for q in self.ipr.get_qdiscs(index=self.ifindex):
-            major = q["handle"] >> 16
-            tc = major - 0x10
-            if not 0 <= tc < NUM_TCS or q.get_attr("TCA_KIND") != "tbf":
+            tc = gate_class(q["handle"] >> 16)
+            if tc is None or q.get_attr("TCA_KIND") != "tbf":
                 continue
             st2 = q.get_attr("TCA_STATS2")
             basic = st2.get_attr("TCA_STATS_BASIC")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.config import FabricConfig, FabricShape, QosConfig
+from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS
 from testbed.ports import MIN_BURST_BYTES
 
-PFC_QUANTUM_BITS = 512
 #: The interface MTU of a config that does not name one: FabricShape's default, one definition.
 DEFAULT_MTU: int = FabricShape.model_fields["mtu"].default
 ETH_HEADER_BYTES = 14
@@ -109,7 +109,7 @@ def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,
     out = {}
     headroom = qos.pfc.headroom_bytes or required_headroom(qos, rate_mbps, frame, mtu=mtu)
     pause_us = qos.pfc.pause_quanta * quantum_us(rate_mbps)
-    for tc in range(8):
+    for tc in range(NUM_TCS):
         e = qos.ecn.get(tc)
         lossless = tc in qos.pfc_enable
         kmax = e.kmax_bytes if e else 0

@@ -13,8 +13,11 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from testbed.results import run_telemetry
+
 
 def _rows(path: Path) -> list[dict]:
+    """An endpoint's CSV (traffic.endpoint's QP_COLUMNS), as dicts of strings."""
     with open(path) as fh:
         return list(csv.DictReader(fh))
 
@@ -73,17 +76,15 @@ def _plot_queues(ax_q, run_dir: Path) -> list[tuple[str, list]]:
     """2. the kernel backlog of each queue that held anything (agent telemetry); returns the
     series of the queues that were ever paused, for the pause panel."""
     paused_rows = []
-    for f in sorted(run_dir.glob("telemetry/*.telemetry.csv")):
-        series = defaultdict(list)
-        for r in _rows(f):
-            key = f"{r['switch']}:{r['port']} tc{r['tc']}"
-            series[key].append((float(r["t_s"]), int(r["backlog_bytes"]) / 1000,
-                                int(r["paused"])))
-        for key, pts in series.items():
-            if any(b for _, b, _ in pts):
-                ax_q.plot([t for t, _, _ in pts], [b for _, b, _ in pts], label=key)
-            if any(p for _, _, p in pts):
-                paused_rows.append((key, pts))
+    queues: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for r in run_telemetry(run_dir):
+        queues[f"{r.switch}:{r.port} tc{r.tc}"].append((r.t_s, r.backlog_bytes / 1000,
+                                                       int(r.paused)))
+    for key, pts in queues.items():
+        if any(b for _, b, _ in pts):
+            ax_q.plot([t for t, _, _ in pts], [b for _, b, _ in pts], label=key)
+        if any(p for _, _, p in pts):
+            paused_rows.append((key, pts))
     ax_q.set_ylabel("kernel backlog (KB)")
     ax_q.set_title("switch queues that held packets")
     if ax_q.lines:

@@ -34,7 +34,7 @@ import csv
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from testbed.analysis import deadlock_summary
 from testbed.config import ConfigError, FabricConfig
 from testbed.measure import counter_cells
+from testbed.results import run_events
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowRunner, FlowSpec
@@ -361,11 +362,8 @@ def _apply_fault(fabric, f: Fault, end: bool) -> str:
 
 
 def _watchdog_events(run_dir: Path) -> list[dict]:
-    out = []
-    for p in sorted(run_dir.glob("telemetry/*.events.csv")):
-        with open(p) as fh:
-            out += [r for r in csv.DictReader(fh) if r["event"].startswith("storm")]
-    return out
+    """The agents' watchdog events (storm_detected, storm_restored), as summary.json has them."""
+    return [asdict(e) for e in run_events(run_dir) if e.event.startswith("storm")]
 
 
 def _summary(sc: Scenario, eps, runner, counters, timeline) -> dict:

@@ -13,6 +13,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from testbed.constants import NUM_TCS, gate_major
+
 NETLINK_ROUTE = 0
 RTM_GETQDISC = 38
 RTM_NEWQDISC = 36
@@ -83,7 +85,7 @@ class QdiscReader:
 
     #: Only the port model's class gates (handles 10: to 17:) are parsed; the rest of a dump
     #: (htb roots, the control and kick classes, other devices) is skipped unread.
-    handle_majors = range(0x10, 0x18)
+    handle_majors = range(gate_major(0), gate_major(NUM_TCS))
 
     def _wanted(self, buf: bytes, off: int) -> bool:
         handle = struct.unpack_from("=I", buf, off + _NLMSG.size + 8)[0]

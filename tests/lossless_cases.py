@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.config import FabricConfig
+from testbed.constants import DROP_PFC_CONSUMED
 from testbed.measure import fabric_counters, hidden_loss, kernel_drops
 from testbed.topology import build_topology
 from traffic.flows import FlowRunner, FlowSpec
@@ -24,8 +25,6 @@ from traffic.flows import FlowRunner, FlowSpec
 #: queue on the way to cross XOFF many times over, short enough for 20 cases in minutes.
 BYTES_PER_CASE = 1_600_000
 MESSAGE_SIZES = (4096, 8192, 16384, 65536)
-#: What a P4 drop of this reason means: PFC frames consumed, not a loss (p4/headers.p4).
-DROP_PFC_CONSUMED = 5
 
 
 @dataclass(frozen=True)

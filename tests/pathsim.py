@@ -19,15 +19,14 @@ import struct
 import sys
 import time
 
+from testbed.constants import ETH_P_ALL, ETH_P_IP, IP_PROTO_UDP, PACKET_OUTGOING, ROCEV2_UDP_PORT
 from traffic.packets import DATA_OPCODES, ipv4_checksum
-
-ETH_P_ALL = 3
-OUTGOING = 4
 
 
 def is_roce_data(f: bytes) -> bool:
-    return (len(f) > 14 + 20 + 8 + 12 and f[12:14] == b"\x08\x00" and f[23] == 17
-            and f[36:38] == b"\x12\xb7" and f[42] in DATA_OPCODES)
+    return (len(f) > 14 + 20 + 8 + 12 and f[12:14] == ETH_P_IP.to_bytes(2, "big")
+            and f[23] == IP_PROTO_UDP and f[36:38] == ROCEV2_UDP_PORT.to_bytes(2, "big")
+            and f[42] in DATA_OPCODES)
 
 
 def main() -> None:
@@ -61,7 +60,7 @@ def main() -> None:
         r, _, _ = select.select(list(peer), [], [], 0.2)
         for s in r:
             f, addr = s.recvfrom(65536)
-            if addr[2] == OUTGOING:
+            if addr[2] == PACKET_OUTGOING:
                 continue
             if s is socks[a.inp] and is_roce_data(f):
                 counts["data"] += 1

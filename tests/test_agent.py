@@ -4,7 +4,6 @@ right time, XON ends a pause early, ticks are sent for backlogged lossless queue
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import subprocess
 import sys
@@ -16,12 +15,22 @@ import pytest
 
 from testbed.agent import AgentConfig, AgentPort, agent_config, tick_frame
 from testbed.config import QosConfig
+from testbed.constants import ETH_P_TICK, PFC_QUANTUM_BITS, gate_major
 from testbed.ports import PortSpec, scheduler_commands
+from testbed.results import (
+    EventRow,
+    events_path,
+    pfcwd_path,
+    read_events,
+    read_pfcwd,
+    read_telemetry,
+    telemetry_path,
+)
 from traffic.packets import pfc_frame
 
 pytestmark = pytest.mark.root
 RATE = 10.0
-QUANTUM_S = 512 / (RATE * 1e6)
+QUANTUM_S = PFC_QUANTUM_BITS / (RATE * 1e6)
 
 
 def sh(ns: str, *args: str) -> None:
@@ -48,7 +57,7 @@ def _agent_ns(tmp_path: Path, watchdog):
         subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], check=True, text=True,
                        input="\n".join(scheduler_commands(spec)) + "\n")
         conf = agent_config("sw", [AgentPort(1, "sw1", RATE, [100_000] * 8)], qos, "agt",
-                            0.01, 0.05, tmp_path, 9014, watchdog, tmp_path / "sw.pfcwd.json")
+                            0.01, 0.05, tmp_path, 9014, watchdog, pfcwd_path(tmp_path, "sw"))
         path = tmp_path / "agent.json"
         path.write_text(json.dumps(conf))
         AgentConfig.load(path)  # the file round-trips
@@ -57,7 +66,7 @@ def _agent_ns(tmp_path: Path, watchdog):
                                 cwd=Path(__file__).parent.parent)
         # ready once it has opened its sockets and its event log (as the fabric waits for it):
         # a fixed wait lost the first PFC frame when a loaded machine started it slowly
-        wait_for(lambda: proc.poll() is None and (tmp_path / "sw.events.csv").exists(),
+        wait_for(lambda: proc.poll() is None and events_path(tmp_path, "sw").exists(),
                  timeout=20, step=0.02)
         time.sleep(0.2)
         yield ns, tmp_path
@@ -81,13 +90,12 @@ def send_from_peer(ns: str, frames: list[bytes], intf: str = "peer") -> None:
 def gate_rate(ns: str, tc: int) -> str:
     out = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "sw1"],
                          capture_output=True, text=True).stdout
-    line = next(ln for ln in out.splitlines() if f"tbf {0x10 + tc:x}:" in ln)
+    line = next(ln for ln in out.splitlines() if f"tbf {gate_major(tc):x}:" in ln)
     return line.split(" rate ")[1].split()[0]
 
 
-def events(tmp: Path) -> list[dict]:
-    with open(tmp / "sw.events.csv") as fh:
-        return list(csv.DictReader(fh))
+def events(tmp: Path) -> list[EventRow]:
+    return read_events(events_path(tmp, "sw"))
 
 
 def wait_for(pred, timeout: float = 2.0, step: float = 0.002) -> float:
@@ -109,8 +117,9 @@ def test_pfc_pauses_the_class_for_its_quanta(agent_ns) -> None:
     held = time.monotonic() - t0
     assert held == pytest.approx(quanta * QUANTUM_S, abs=0.05)
     ev = events(tmp)
-    assert [e["event"] for e in ev] == ["pause", "expire"]
-    assert int(ev[0]["reaction_us"]) >= 0  # recorded; its distribution is benchmarks/lossless.py
+    assert [e.event for e in ev] == ["pause", "expire"]
+    # recorded; its distribution is benchmarks/lossless.py
+    assert ev[0].reaction_us is not None and ev[0].reaction_us >= 0
 
 
 def test_xon_ends_the_pause_early_and_refresh_extends_it(agent_ns) -> None:
@@ -121,8 +130,8 @@ def test_xon_ends_the_pause_early_and_refresh_extends_it(agent_ns) -> None:
     send_from_peer(ns, [pfc_frame("02:00:00:00:00:01", {3: 0})])
     wait_for(lambda: gate_rate(ns, 3) == "1Gbit")
     assert gate_rate(ns, 4) == "1Kbit"
-    kinds = [(e["tc"], e["event"]) for e in events(tmp)]
-    assert ("3", "resume") in kinds and ("4", "resume") not in kinds
+    kinds = [(e.tc, e.event) for e in events(tmp)]
+    assert (3, "resume") in kinds and (4, "resume") not in kinds
 
 
 def test_xon_releases_the_held_packets_with_nothing_else_to_send(agent_ns) -> None:
@@ -155,7 +164,7 @@ def test_ticks_for_a_backlogged_lossless_queue(agent_ns) -> None:
     send_from_peer(ns, [frame] * 5, intf="sw1")
     cap = subprocess.run(["ip", "netns", "exec", ns, "timeout", "2", "tcpdump",
                           "--immediate-mode", "-c", "3", "-i", "tick", "-xx",
-                          "ether proto 0x88b6"], capture_output=True, text=True)
+                          f"ether proto {ETH_P_TICK:#06x}"], capture_output=True, text=True)
     assert "3 packets captured" in cap.stderr, cap.stderr
     hexdump = "".join(ln.split(":", 1)[1] for ln in cap.stdout.splitlines() if "0x00" in ln)
     assert "88b6 0001 03" in hexdump.replace("  ", " "), cap.stdout[:400]
@@ -163,7 +172,7 @@ def test_ticks_for_a_backlogged_lossless_queue(agent_ns) -> None:
 
 def test_tick_frame_layout() -> None:
     f = tick_frame("02:00:00:00:00:fe", 7, 3, 12345)
-    assert len(f) == 60 and f[12:14] == b"\x88\xb6"
+    assert len(f) == 60 and f[12:14] == ETH_P_TICK.to_bytes(2, "big")
     assert f[14:16] == b"\x00\x07" and f[16] == 3 and int.from_bytes(f[17:21], "big") == 12345
     # the sent field: all ones when unknown (the program then takes the backlog alone), else
     # the bytes released modulo 2^32, never all ones
@@ -203,7 +212,7 @@ def storm(ns: str, seconds: float) -> subprocess.Popen:
 def class3_stats(ns: str) -> dict:
     out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "-j", "qdisc", "show", "dev",
                           "sw1"], capture_output=True, text=True).stdout
-    return next(q for q in json.loads(out) if q["handle"] == "13:")
+    return next(q for q in json.loads(out) if q["handle"] == f"{gate_major(3):x}:")
 
 
 def run_storm(tmp_path: Path, action: str):
@@ -217,7 +226,7 @@ def run_storm(tmp_path: Path, action: str):
 
         def detected() -> bool:
             with contextlib.suppress(FileNotFoundError, ValueError):
-                return json.loads((tmp / "sw.pfcwd.json").read_text())["queues"][0]["storm"]
+                return read_pfcwd(pfcwd_path(tmp, "sw")).queues[0].storm
             return False
 
         detect_s = wait_for(detected, timeout=3, step=0.005)
@@ -227,7 +236,7 @@ def run_storm(tmp_path: Path, action: str):
         send_from_peer(ns, [DATA3] * 3, intf="sw1")
         time.sleep(0.2)
         after_more = class3_stats(ns)
-        state = json.loads((tmp / "sw.pfcwd.json").read_text())
+        state = read_pfcwd(pfcwd_path(tmp, "sw"))
         st.wait()
         time.sleep(RESTORE + 3 * POLL)  # storm over: restored after restoration_time
         ev = events(tmp)
@@ -240,42 +249,41 @@ def run_storm(tmp_path: Path, action: str):
             next(gen)
 
 
-def storm_events(ev: list[dict]) -> list[dict]:
-    return [e for e in ev if e["event"].startswith("storm")]
+def storm_events(ev: list[EventRow]) -> list[EventRow]:
+    return [e for e in ev if e.event.startswith("storm")]
 
 
 def test_watchdog_drop_detects_discards_and_restores(tmp_path: Path) -> None:
     r = run_storm(tmp_path, "drop")
     se = storm_events(r["events"])
-    assert [e["event"] for e in se] == ["storm_detected", "storm_restored"], r["events"]
-    assert "action=drop" in se[0]["detail"]
+    assert [e.event for e in se] == ["storm_detected", "storm_restored"], r["events"]
+    assert "action=drop" in se[0].detail
     # detected within detection_time + polling_interval of the queue getting stuck (plus the
     # time to see the state file change)
     assert DETECT - POLL <= r["detect_s"] <= DETECT + POLL + 0.1, r["detect_s"]
     # the queue was discarded, later packets dropped, PFC no longer honoured
     assert r["during"]["qlen"] == 0 and r["gate_during"] == "1Gbit"
     assert r["after_more"]["drops"] >= 3
-    assert r["state"]["queues"][0]["storm"] is True
-    restored = storm_events(r["events"])[1]["detail"]
+    assert r["state"].queues[0].storm is True
+    restored = storm_events(r["events"])[1].detail
     assert int(restored.split("dropped=")[1]) >= 3 + 3  # the purged queue and later arrivals
     assert r["gate_after"] == "1Gbit"
-    restored_after = float(se[1]["t_s"]) - float(se[0]["t_s"])
+    restored_after = se[1].t_s - se[0].t_s
     assert restored_after >= RESTORE
     # the telemetry's counters stay cumulative across the gate the drop re-created, and the
     # purged packets are among the drops
-    rows = [r for f in tmp_path.rglob("*.telemetry.csv")
-            for r in csv.DictReader(f.read_text().splitlines())
-            if r["port"] == "1" and r["tc"] == "3"]
+    rows = [r for r in read_telemetry(telemetry_path(tmp_path, "sw"))
+            if r.port == 1 and r.tc == 3]
     for col in ("drops", "sent_packets"):
-        vals = [int(r[col]) for r in rows]
+        vals = [getattr(r, col) for r in rows]
         assert vals == sorted(vals), (col, vals)
-    assert int(rows[-1]["drops"]) >= 3 + 3
+    assert rows[-1].drops >= 3 + 3
 
 
 def test_watchdog_forward_ignores_pauses_and_transmits(tmp_path: Path) -> None:
     r = run_storm(tmp_path, "forward")
     se = storm_events(r["events"])
-    assert se and "action=forward" in se[0]["detail"]
+    assert se and "action=forward" in se[0].detail
     assert r["gate_during"] == "1Gbit" and r["during"]["qlen"] == 0
     assert r["after_more"]["drops"] == 0  # transmitted, not dropped
     assert r["during"]["packets"] >= 5
@@ -284,7 +292,7 @@ def test_watchdog_forward_ignores_pauses_and_transmits(tmp_path: Path) -> None:
 def test_watchdog_alert_only_logs(tmp_path: Path) -> None:
     r = run_storm(tmp_path, "alert")
     se = storm_events(r["events"])
-    assert se and "action=alert" in se[0]["detail"]
+    assert se and "action=alert" in se[0].detail
     assert r["gate_during"] == "1Kbit"  # still paused
     # 5 queued: the closing gate lets its burst (two 4 KB frames) go, 3 stay held
     assert r["during"]["qlen"] >= 3 and r["during"]["drops"] == 0

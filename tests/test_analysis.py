@@ -12,12 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.agent import EVENT_COLUMNS, TELEMETRY_COLUMNS
 from testbed.analysis import (
     Detection,
-    Event,
-    QueueId,
-    Sample,
     StuckQueue,
     deadlock_summary,
     detections,
@@ -25,16 +21,18 @@ from testbed.analysis import (
     stuck_queues,
     telemetry_summary,
 )
+from testbed.results import EVENT_COLUMNS, TELEMETRY_COLUMNS, EventRow, QueueId, TelemetryRow
 
 Q: QueueId = ("leaf1", 3, 3)
 
 
 def held(t: float, *, packets: int = 4, sent: int = 100, pfc: int = 7, paused: bool = True,
-         backlog: int | None = None) -> Sample:
+         backlog: int | None = None) -> TelemetryRow:
     """A sample of a queue: by default paused with packets waiting."""
-    return Sample(t_s=t, backlog_bytes=1000 * packets if backlog is None else backlog,
-                  backlog_packets=packets, sent_packets=sent, paused=paused, pfc_rx=pfc,
-                  drops=0)
+    return TelemetryRow(t_s=t, switch=Q[0], port=Q[1], tc=Q[2],
+                        backlog_bytes=1000 * packets if backlog is None else backlog,
+                        backlog_packets=packets, drops=0, sent_bytes=0, sent_packets=sent,
+                        paused=paused, pfc_rx=pfc, paused_s=0.0)
 
 
 def every(start: float, end: float, step: float = 0.1) -> list[float]:
@@ -42,7 +40,7 @@ def every(start: float, end: float, step: float = 0.1) -> list[float]:
     return [round(start + i * step, 3) for i in range(n + 1)]
 
 
-def deadlocked(times: list[float], pfc0: int = 7) -> list[Sample]:
+def deadlocked(times: list[float], pfc0: int = 7) -> list[TelemetryRow]:
     """Packets waiting at every sample, nothing sent, a PFC refresh every fifth sample."""
     return [held(t, packets=3 + i % 2, pfc=pfc0 + i // 5) for i, t in enumerate(times)]
 
@@ -116,8 +114,8 @@ def test_no_stall() -> None:
 
 # -- detections -------------------------------------------------------------------------------
 
-def ev(t: float, event: str, q: QueueId = Q) -> Event:
-    return Event(t, q, event, "")
+def ev(t: float, event: str, q: QueueId = Q) -> EventRow:
+    return EventRow(t, *q, event)
 
 
 def test_detection_latency_is_from_the_pause_still_in_force() -> None:

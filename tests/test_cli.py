@@ -134,8 +134,7 @@ def test_image_build_without_docker_engine_is_a_clear_error() -> None:
 
 
 def test_results_doc_names_every_column() -> None:
-    from testbed.agent import EVENT_COLUMNS, TELEMETRY_COLUMNS
-    from testbed.cpuload import CPU_COLUMNS
+    from testbed.results import CPU_COLUMNS, EVENT_COLUMNS, TELEMETRY_COLUMNS
     from traffic.endpoint import MESSAGE_COLUMNS, QP_COLUMNS, STATS_COLUMNS, EndpointStats
 
     doc = (Path(__file__).parent.parent / "docs" / "RESULTS.md").read_text()

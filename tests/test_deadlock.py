@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from testbed.analysis import load_events, load_telemetry, stalls
+from testbed.constants import NUM_TCS
 from testbed.measure import peer_ports
 from testbed.scenario import Scenario, load_scenario, run_scenario
 
@@ -136,7 +137,7 @@ def delivered_rate(run_dir: Path, switch: str, port: int, tc: int, t0: float,
     with open(run_dir / "p4_counters.csv", newline="") as fh:
         for r in csv.DictReader(fh):
             if (r["switch"] == switch and r["counter"] == "RoceEgress.tx_port_tc"
-                    and int(r["index"]) == port * 8 + tc):
+                    and int(r["index"]) == port * NUM_TCS + tc):
                 cells.append((float(r["t_s"]), int(r["bytes"])))
 
     def at(t: float) -> tuple[float, int]:

@@ -3,19 +3,26 @@ and a run whose condition is forced says so in the summary, the CLI and the repo
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from testbed.agent import TELEMETRY_COLUMNS
 from testbed.analysis import fidelity_figures
-from testbed.cpuload import CPU_COLUMNS, busy_shares, read_jiffies
+from testbed.cpuload import busy_shares, read_jiffies
 from testbed.fidelity import Budgets, Figures, assess, lines, longest_run
+from testbed.results import (
+    CpuRow,
+    EventRow,
+    TelemetryRow,
+    cpu_writer,
+    events_writer,
+    telemetry_writer,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, bmv2_lag_us=50_000,
@@ -76,39 +83,33 @@ def test_cpu_shares_from_proc_stat() -> None:
     assert read_jiffies(Path("/proc/stat").read_text())  # this machine's format parses
 
 
-def _write(path: Path, columns: list, rows: list[dict]) -> None:
-    names = [c for c, _ in columns]
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, names)
-        w.writeheader()
-        for r in rows:
-            w.writerow({n: r.get(n, 0) for n in names})
+def _sample(t_s: float, tc: int, drops: int, **lossless: int) -> TelemetryRow:
+    return TelemetryRow(t_s, "leaf1", 1, tc, backlog_bytes=0, backlog_packets=0, drops=drops,
+                        sent_bytes=0, sent_packets=0, paused=False, pfc_rx=0, paused_s=0.0,
+                        **lossless)
 
 
 def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
     tel = tmp_path / "telemetry"
     tel.mkdir()
-    base = {"switch": "leaf1", "port": 1, "paused": 0, "pfc_rx": 0, "paused_s": "0.0"}
-    _write(tel / "leaf1.telemetry.csv", TELEMETRY_COLUMNS, [
-        {**base, "t_s": 1.0, "tc": 3, "drops": 0, "phantom_below_max_bytes": 700,
-         "occupancy_max_bytes": 150_000, "bmv2_lag_max_us": 3000},
-        {**base, "t_s": 1.1, "tc": 3, "drops": 2, "phantom_below_max_bytes": 4200,
-         "occupancy_max_bytes": 90_000, "bmv2_lag_max_us": 9000},
-        {**base, "t_s": 1.1, "tc": 0, "drops": 50, "phantom_below_max_bytes": "",
-         "bmv2_lag_max_us": 9000},
-    ])
-    (tel / "leaf1.events.csv").write_text(
-        "t_s,switch,port,tc,event,quanta,reaction_us,detail\n"
-        "1.0,leaf1,1,3,pause,65535,800,\n1.2,leaf1,1,3,resume,0,1900,\n"
-        "1.3,leaf1,1,3,pause,65535,1200,\n")
-    _write(tel / "cpu.csv", CPU_COLUMNS, [{"t_s": t / 10, "busy_pct": 99, "mean_pct": 99}
-                                         for t in range(5)])
-    # a queue the watchdog cut off with its drop action: its drops are the watchdog's
-    with open(tel / "leaf1.telemetry.csv", "a", newline="") as fh:
-        csv.writer(fh).writerow([{**base, "t_s": 1.1, "port": 2, "tc": 3, "drops": 40}.get(c, 0)
-                                 for c, _ in TELEMETRY_COLUMNS])
-    with open(tel / "leaf1.events.csv", "a") as fh:
-        fh.write("1.05,leaf1,2,3,storm_detected,0,,action=drop backlog_packets=30\n")
+    with telemetry_writer(tel, "leaf1") as w:
+        for row in [_sample(1.0, 3, 0, phantom_below_max_bytes=700,
+                            occupancy_max_bytes=150_000, bmv2_lag_max_us=3000),
+                    _sample(1.1, 3, 2, phantom_below_max_bytes=4200,
+                            occupancy_max_bytes=90_000, bmv2_lag_max_us=9000),
+                    _sample(1.1, 0, 50, bmv2_lag_max_us=9000),
+                    # a queue the watchdog cut off with its drop action: its drops are its own
+                    replace(_sample(1.1, 3, 40), port=2)]:
+            w.write(row)
+    with events_writer(tel, "leaf1") as w:
+        for t, what, quanta, us in [(1.0, "pause", 65535, 800), (1.2, "resume", 0, 1900),
+                                    (1.3, "pause", 65535, 1200)]:
+            w.write(EventRow(t, "leaf1", 1, 3, what, quanta, us))
+        w.write(EventRow(1.05, "leaf1", 2, 3, "storm_detected", 0, None,
+                         "action=drop backlog_packets=30"))
+    with cpu_writer(tel / "cpu.csv") as w:
+        for t in range(5):
+            w.write(CpuRow(t / 10, 99, 99))
     f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0,
                          buffers={("leaf1", 1, 3): 140_000}, host_loss=3)
     assert f == Figures(pfc_enabled=True, lossless_drops=2, hidden_loss=0, host_loss=3,

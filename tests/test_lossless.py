@@ -3,7 +3,6 @@ class isolation, PFC from a host, against real BMv2, kernel queues and RoCE endp
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -13,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from testbed.config import FabricConfig
+from testbed.constants import PFC_QUANTUM_BITS
 from testbed.measure import fabric_counters, hidden_loss, kernel_drops, peer_ports
+from testbed.results import EventRow, read_events, run_telemetry
 from testbed.topology import build_topology
 from traffic.flows import FlowRunner, FlowSpec
 
@@ -69,13 +70,8 @@ def run_incast(tmp: Path, pfc: bool, name: str, hogs: int = 0) -> dict:
 
 def drift_samples(tmp: Path) -> list[int]:
     """|phantom - kernel backlog| of busy lossless queues, from the agents' telemetry."""
-    out = []
-    for f in tmp.glob("telemetry/*.telemetry.csv"):
-        with open(f) as fh:
-            for r in csv.DictReader(fh):
-                if r["tc"] == "3" and r["phantom_drift_bytes"] and int(r["backlog_bytes"]) > 0:
-                    out.append(abs(int(r["phantom_drift_bytes"])))
-    return out
+    return [abs(r.phantom_drift_bytes) for r in run_telemetry(tmp)
+            if r.tc == 3 and r.phantom_drift_bytes is not None and r.backlog_bytes > 0]
 
 
 def test_incast_4_to_1_lossless_with_pfc_ten_times(tmp_path: Path) -> None:
@@ -160,9 +156,8 @@ def test_incast_without_pfc_drops_are_counted(tmp_path: Path) -> None:
     print(json.dumps({"kernel_drops_class3": drops, "retransmitted": retx}))
 
 
-def _read_events(tmp: Path, switch: str) -> list[dict]:
-    with open(next(tmp.glob(f"**/telemetry/{switch}.events.csv"))) as fh:
-        return list(csv.DictReader(fh))
+def _read_events(tmp: Path, switch: str) -> list[EventRow]:
+    return read_events(next(tmp.glob(f"**/telemetry/{switch}.events.csv")))
 
 
 def test_host_pfc_pauses_its_leaf_port_for_the_quanta_and_xon_resumes(tmp_path: Path) -> None:
@@ -186,12 +181,12 @@ def test_host_pfc_pauses_its_leaf_port_for_the_quanta_and_xon_resumes(tmp_path: 
         h1.cmd(f"python3 -c \"{send}\" {xon}")
         time.sleep(0.3)
         ev = _read_events(tmp_path, "leaf1")
-    kinds = [(e["port"], e["tc"], e["event"]) for e in ev]
-    assert kinds[:4] == [("1", "3", "pause"), ("1", "3", "expire"), ("1", "3", "pause"),
-                         ("1", "3", "resume")], kinds
-    held = float(ev[1]["t_s"]) - float(ev[0]["t_s"])
-    assert held == pytest.approx(quanta * 512 / 10e6, abs=0.03)
-    early = float(ev[3]["t_s"]) - float(ev[2]["t_s"])
+    kinds = [(e.port, e.tc, e.event) for e in ev]
+    assert kinds[:4] == [(1, 3, "pause"), (1, 3, "expire"), (1, 3, "pause"),
+                         (1, 3, "resume")], kinds
+    held = ev[1].t_s - ev[0].t_s
+    assert held == pytest.approx(quanta * PFC_QUANTUM_BITS / 10e6, abs=0.03)
+    early = ev[3].t_s - ev[2].t_s
     # XON (sent about 0.3 s plus a python start after the XOFF) ended a 3.36 s pause early
     assert early < 1.5, early
 
@@ -227,7 +222,7 @@ def test_class_isolation_while_class3_is_paused(tmp_path: Path) -> None:
         leaf_events = _read_events(tmp_path, "leaf1")
     rate = {tc: (b1[tc] - b0[tc]) * 8 / (t1 - t0) / 1e6 for tc in caps}
     print(json.dumps({"goodput_mbps_while_class3_paused": rate}))
-    assert any(e["tc"] == "3" and e["event"] == "pause" for e in leaf_events)
+    assert any(e.tc == 3 and e.event == "pause" for e in leaf_events)
     assert rate[3] < 0.1, rate  # class 3 held at the leaf
     # class 0 and class 6 keep their rate (payload goodput: headers cost about 2%)
     assert rate[0] == pytest.approx(caps[0], rel=0.1), rate

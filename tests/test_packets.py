@@ -117,10 +117,10 @@ def test_pfc_frame() -> None:
 
 
 def test_one_pfc_parser_for_the_endpoint_and_the_switch_agent() -> None:
-    import testbed.agent
+    import testbed.agent.switch
     import traffic.endpoint
 
-    assert testbed.agent.parse_pfc is traffic.endpoint.parse_pfc is parse_pfc
+    assert testbed.agent.switch.parse_pfc is traffic.endpoint.parse_pfc is parse_pfc
 
 
 def test_psn_serial_arithmetic() -> None:

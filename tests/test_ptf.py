@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.constants import AGENT_PORT
 from tests.dataplane import Harness, bmv2_harness
 
 PTF_DIR = Path(__file__).parent / "ptf"
@@ -95,7 +96,7 @@ def test_ptf_suite_in_any_order(request: pytest.FixtureRequest, tmp_path: Path) 
     names = case_names(ptf, tmp_path / "list.log")
     short = [n.split(".", 1)[1] for n in names]
     seeds = request.config.getoption("--ptf-order-seed")
-    with bmv2_harness(5, extra_ports=(500,)) as h:
+    with bmv2_harness(5, extra_ports=(AGENT_PORT,)) as h:
         h.session.close()  # the PTF tests become the primary controller
         first, ran_first = run_ptf(h, ptf, tmp_path / "ptf.log", names)
         report("file order", first)

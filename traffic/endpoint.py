@@ -30,6 +30,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.constants import ETH_P_ALL, NUM_TCS, PACKET_OUTGOING, PFC_MAX_QUANTA, PFC_QUANTUM_BITS
 from traffic.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from traffic.packets import (
     ACK,
@@ -50,8 +51,6 @@ from traffic.qp import Requester, Responder
 
 log = logging.getLogger("roce.endpoint")
 
-ETH_P_ALL = 0x0003
-PACKET_OUTGOING = 4
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back to us
 PACKET_STATISTICS = 6  # packet(7): struct tpacket_stats {tp_packets, tp_drops}
@@ -71,8 +70,6 @@ TIMER_GRANULARITY_S = 0.003
 BURST_FRAMES = 64
 STORM_INTERVAL_S = 0.02  # a storming NIC's PAUSE frames: 50 per second
 HOUSEKEEPING_S = 0.01
-PFC_QUANTUM_BITS = 512
-MAX_QUANTA = 0xFFFF
 
 #: DSCP for each traffic class when no table is given (run by hand): the class selectors, and
 #: 26 for RoCE. The testbed passes its fabric's own (--tc-dscp, from qos.dscp_to_tc_map), so
@@ -230,11 +227,11 @@ class Endpoint:
         self.np = NotificationPoint(cfg.cnp_interval_s) if cfg.cnp_interval_s is not None else \
             NotificationPoint.scaled(cfg.line_rate_bps)
         self.dcqcn = DcqcnParams.scaled(cfg.line_rate_bps, **cfg.dcqcn)
-        self.paused_until = [0.0] * 8
-        self.paused_total = [0.0] * 8
-        self._pause_mark = [0.0] * 8
+        self.paused_until = [0.0] * NUM_TCS
+        self.paused_total = [0.0] * NUM_TCS
+        self._pause_mark = [0.0] * NUM_TCS
         self.nic_free_at = 0.0
-        self.ctrl_q: list[collections.deque[bytes]] = [collections.deque() for _ in range(8)]
+        self.ctrl_q: list[collections.deque[bytes]] = [collections.deque() for _ in range(NUM_TCS)]
         self.fault: dict = {"mode": "none"}
         self.rx_queue: collections.deque[tuple[bytes, float]] = collections.deque()
         self._rx_next = 0.0
@@ -461,7 +458,7 @@ class Endpoint:
         depth = len(self.rx_queue)
         tc = f.get("tc", 3)
         if depth >= f["xoff_packets"] and not self._xoff_sent:
-            self._send(pfc_frame(self.cfg.mac, {tc: MAX_QUANTA}))
+            self._send(pfc_frame(self.cfg.mac, {tc: PFC_MAX_QUANTA}))
             self.stats.pfc_tx += 1
             self._xoff_sent = True
             self._xoff_at = now
@@ -469,8 +466,8 @@ class Endpoint:
             self._send(pfc_frame(self.cfg.mac, {tc: 0}))
             self.stats.pfc_tx += 1
             self._xoff_sent = False
-        elif self._xoff_sent and now - self._xoff_at > self._refresh_s(MAX_QUANTA):
-            self._send(pfc_frame(self.cfg.mac, {tc: MAX_QUANTA}))  # refresh before expiry
+        elif self._xoff_sent and now - self._xoff_at > self._refresh_s(PFC_MAX_QUANTA):
+            self._send(pfc_frame(self.cfg.mac, {tc: PFC_MAX_QUANTA}))  # refresh before expiry
             self.stats.pfc_tx += 1
             self._xoff_at = now
         return self._rx_next if self.rx_queue else None
@@ -483,10 +480,10 @@ class Endpoint:
         if f["mode"] != "storm":
             return None
         if now >= self._storm_next:
-            self._send(pfc_frame(self.cfg.mac, {f.get("tc", 3): f.get("quanta", MAX_QUANTA)}))
+            self._send(pfc_frame(self.cfg.mac, {f.get("tc", 3): f.get("quanta", PFC_MAX_QUANTA)}))
             self.stats.pfc_tx += 1
             # a broken NIC floods PAUSE: far more often than a pause needs refreshing
-            self._storm_next = now + min(self._refresh_s(f.get("quanta", MAX_QUANTA)),
+            self._storm_next = now + min(self._refresh_s(f.get("quanta", PFC_MAX_QUANTA)),
                                          STORM_INTERVAL_S)
         return self._storm_next
 
@@ -498,7 +495,7 @@ class Endpoint:
             self.fault = {"mode": "none"}
         elif mode == "storm":
             self.fault = {"mode": "storm", "tc": int(kw.get("tc", 3)),
-                          "quanta": int(kw.get("quanta", MAX_QUANTA))}
+                          "quanta": int(kw.get("quanta", PFC_MAX_QUANTA))}
             self._storm_next = 0.0
         elif mode == "slow_receiver":
             pps = float(kw.get("max_rx_pps", 0))
@@ -514,7 +511,7 @@ class Endpoint:
 
     # -- transmit -----------------------------------------------------------------------
     def _flush_ctrl(self, now: float) -> None:
-        for tc in range(8):
+        for tc in range(NUM_TCS):
             q = self.ctrl_q[tc]
             while q and self.paused_until[tc] <= now:
                 self._send(q.popleft(), now)
@@ -637,8 +634,8 @@ class Endpoint:
                          epsn=st.responder.epsn)
             qps[str(st.qpn)] = d
         return {"t_s": now, "stats": asdict(self.stats), "qps": qps, "fault": self.fault,
-                "paused": [self.paused_until[c] > now for c in range(8)],
-                "paused_s": [self.paused_seconds(c, now) for c in range(8)]}
+                "paused": [self.paused_until[c] > now for c in range(NUM_TCS)],
+                "paused_s": [self.paused_seconds(c, now) for c in range(NUM_TCS)]}
 
     # -- control ------------------------------------------------------------------------
     def handle(self, req: dict) -> dict:
@@ -839,7 +836,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "default: the class selectors, and 26 for class 3")
     ap.add_argument("--cnp-dscp", type=int, default=DSCP_CNP, choices=range(64), metavar="DSCP",
                     help="DSCP of CNPs (qos.cnp_dscp)")
-    ap.add_argument("--cnp-tc", type=int, default=CNP_TC, choices=range(8), metavar="TC",
+    ap.add_argument("--cnp-tc", type=int, default=CNP_TC, choices=range(NUM_TCS), metavar="TC",
                     help="class the CNP DSCP lands in: CNPs wait while it is paused")
     ap.add_argument("--control", type=Path, required=True, help="unix socket for commands")
     ap.add_argument("--out", type=Path, required=True, help="folder for the CSV time series")

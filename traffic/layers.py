@@ -13,7 +13,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-from traffic.packets import DSCP_ROCE, ECN_ECT0, RETH_OPCODES, ROCEV2_PORT
+from testbed.constants import ROCEV2_UDP_PORT
+from traffic.packets import DSCP_ROCE, ECN_ECT0, RETH_OPCODES
 
 __all__ = ["AETH", "BTH", "CNPPadding", "PFC", "RETH", "scapy_roce"]
 
@@ -39,7 +40,7 @@ def scapy_roce(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int,
     bth = BTH(opcode=opcode, dqpn=dqpn, psn=psn, ackreq=int(ack_req), padcount=pad)
     pkt = (Ether(src=src_mac, dst=dst_mac) /
            IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ecn, flags="DF", id=0, ttl=64) /
-           UDP(sport=sport, dport=ROCEV2_PORT, chksum=0) / bth)
+           UDP(sport=sport, dport=ROCEV2_UDP_PORT, chksum=0) / bth)
     if ext is not None:
         pkt = pkt / ext
     return pkt / (payload + b"\x00" * pad)

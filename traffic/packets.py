@@ -25,11 +25,22 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-ROCEV2_PORT = 4791
-ETH_P_IP = 0x0800
-ETH_P_MAC_CONTROL = 0x8808
-PFC_OPCODE = 0x0101
-PFC_DST = "01:80:c2:00:00:01"
+from testbed.constants import (
+    ETH_P_IP,
+    ETH_P_MAC_CONTROL,
+    IP_PROTO_UDP,
+    MAC_CONTROL_PFC,
+    NUM_TCS,
+    PFC_DST_MAC,
+    ROCEV2_UDP_PORT,
+)
+
+#: The EtherTypes' two bytes, as the parsers compare them (frame[12], frame[13]).
+_IP_HI, _IP_LO = ETH_P_IP.to_bytes(2, "big")
+_MAC_CONTROL_HI, _MAC_CONTROL_LO = ETH_P_MAC_CONTROL.to_bytes(2, "big")
+#: A PFC frame's body after the EtherType (p4/headers.p4's pfc_h): opcode, class-enable vector,
+#: a pause time per class.
+PFC_BODY = struct.Struct(f"!HH{NUM_TCS}H")
 
 # RC opcodes (IBTA 9.2 / REFERENCE.md)
 SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY = 0x00, 0x01, 0x02, 0x04
@@ -188,9 +199,9 @@ class RoceFrameBuilder:
         if cached is None:
             total = 20 + 8 + l4_payload_len
             ip = struct.pack("!BBHHHBBH4s4s", 0x45, (self.dscp << 2) | self.ecn, total, 0,
-                             0x4000, self.ttl, 17, 0, self._src, self._dst)
+                             0x4000, self.ttl, IP_PROTO_UDP, 0, self._src, self._dst)
             ip = ip[:10] + struct.pack("!H", ipv4_checksum(ip)) + ip[12:]
-            udp = struct.pack("!HHHH", self.src_port, ROCEV2_PORT, 8 + l4_payload_len, 0)
+            udp = struct.pack("!HHHH", self.src_port, ROCEV2_UDP_PORT, 8 + l4_payload_len, 0)
             hdr = self._eth + ip + udp
             cached = (hdr, zlib.crc32(_mask_ip_udp(ip + udp)))
             self._ip_cache[l4_payload_len] = cached
@@ -236,12 +247,13 @@ class RoceFrameBuilder:
 def pfc_frame(src_mac: str, quanta: dict[int, int]) -> bytes:
     """An IEEE 802.1Qbb frame: class-enable vector and eight pause times, padded to 60 bytes."""
     vector = 0
-    times = [0] * 8
+    times = [0] * NUM_TCS
     for cls, q in quanta.items():
         vector |= 1 << cls
         times[cls] = q
-    body = struct.pack("!HH8H", PFC_OPCODE, vector, *times)
-    frame = mac_bytes(PFC_DST) + mac_bytes(src_mac) + struct.pack("!H", ETH_P_MAC_CONTROL) + body
+    body = PFC_BODY.pack(MAC_CONTROL_PFC, vector, *times)
+    frame = (mac_bytes(PFC_DST_MAC) + mac_bytes(src_mac) + struct.pack("!H", ETH_P_MAC_CONTROL)
+             + body)
     return frame + b"\x00" * (60 - len(frame))
 
 
@@ -314,12 +326,12 @@ def parse_pfc(frame: bytes) -> dict[int, int] | None:
     or leaving a switch port, testbed.agent) both read frames with it. IEEE 802.1Qbb: MAC
     Control opcode 0x0101, a class-enable vector, then eight pause times in quanta.
     """
-    if len(frame) < 14 + 20 or frame[12] != 0x88 or frame[13] != 0x08:
+    if len(frame) < 14 + 20 or frame[12] != _MAC_CONTROL_HI or frame[13] != _MAC_CONTROL_LO:
         return None
-    opcode, vector, *times = struct.unpack_from("!HH8H", frame, 14)
-    if opcode != PFC_OPCODE:
+    opcode, vector, *times = PFC_BODY.unpack_from(frame, 14)
+    if opcode != MAC_CONTROL_PFC:
         return None
-    return {c: times[c] for c in range(8) if vector >> c & 1}
+    return {c: times[c] for c in range(NUM_TCS) if vector >> c & 1}
 
 
 #: The ICRC's running CRC over the masked pseudo-LRH, IPv4 and UDP headers of every 28-byte
@@ -348,14 +360,14 @@ def _check_ip_udp(frame: bytes) -> int | None:
     # 0xFFFF, so the checksum of the whole header comes out 0.
     if ipv4_checksum(frame[14:14 + ihl]):
         raise Rejected("ip_checksum")
-    if frame[23] != 17:
+    if frame[23] != IP_PROTO_UDP:
         return None
     if _U16.unpack_from(frame, 20)[0] & IPV4_MF_OFFSET:
         raise Rejected("ip_fragment")
     if ihl != 20:
         raise Rejected("ip_ihl", f"IP options ({ihl - 20} bytes)")
     _sport, dport, udp_len = struct.unpack_from("!HHH", frame, 34)
-    if dport != ROCEV2_PORT:
+    if dport != ROCEV2_UDP_PORT:
         raise Rejected("udp_port", f"UDP port {dport}")
     ip_len = _U16.unpack_from(frame, 16)[0]
     if udp_len != ip_len - 20 or udp_len < 8:
@@ -383,7 +395,7 @@ def parse_roce(frame: bytes, payload_crc: Callable[[ParsedRoce], int | None] | N
     check then costs no pass over the payload. It returns None when it does not know.
     """
     n = len(frame)
-    if n < 14 + 20 + 8 or frame[12] != 0x08 or frame[13] != 0x00:
+    if n < 14 + 20 + 8 or frame[12] != _IP_HI or frame[13] != _IP_LO:
         return None
     crc = _IP_UDP_OK.get(frame[14:42])  # a header that passed every check before: its CRC
     if crc is None:

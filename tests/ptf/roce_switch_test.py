@@ -26,6 +26,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from testbed.config import FabricConfig
+from testbed.constants import AGENT_PORT, ETH_P_MAC_CONTROL, NUM_TCS, PFC_DST_MAC
 from testbed.control import (
     BMV2_JSON_PATH,
     INGRESS,
@@ -43,7 +44,6 @@ PEER_MAC = {1: "02:00:0a:00:01:01", 2: "02:51:00:01:00:01", 3: "02:51:00:02:00:0
 #: length a tick sets is the one the next packet sees.
 SLOW_PORT, SLOW_MBPS = 5, 0.01
 SLOW_NET_HOST = "10.0.5.9"
-AGENT_PORT = 500
 SRC_MAC = "02:00:0a:00:09:09"
 H1 = "10.0.1.1"
 REMOTE_NET_HOST = "10.0.2.7"
@@ -52,6 +52,11 @@ PFC_DST = "01:80:c2:00:00:01"
 HASH_FIELDS = ["src_ip", "dst_ip", "ip_proto", "src_port", "dst_port"]
 #: Every register array of the compiled program: the state a case could leave behind.
 REGISTERS = [r["name"] for r in json.loads(BMV2_JSON_PATH.read_text())["register_arrays"]]
+
+
+def cell(port: int, tc: int) -> int:
+    """A per-(port, class) array's index."""
+    return port * NUM_TCS + tc
 
 
 def nh(port: int) -> NextHop:
@@ -199,13 +204,13 @@ class DscpToClass(RoceSwitchTest):
 
     def runTest(self) -> None:
         for dscp, tc in ((26, 3), (48, 6), (0, 0), (10, 0)):
-            rx0 = self.counter("RoceIngress.rx_port_tc", 3 * 8 + tc)[0]
-            tx0 = self.counter("RoceEgress.tx_port_tc", 1 * 8 + tc)[0]
+            rx0 = self.counter("RoceIngress.rx_port_tc", cell(3, tc))[0]
+            tx0 = self.counter("RoceEgress.tx_port_tc", cell(1, tc))[0]
             pkt = udp_pkt(dscp=dscp)
             tu.send_packet(self, 3, pkt)
             tu.verify_packet(self, routed(pkt, 1), 1)
-            assert self.counter("RoceIngress.rx_port_tc", 3 * 8 + tc)[0] == rx0 + 1, dscp
-            assert self.counter("RoceEgress.tx_port_tc", 1 * 8 + tc)[0] == tx0 + 1, dscp
+            assert self.counter("RoceIngress.rx_port_tc", cell(3, tc))[0] == rx0 + 1, dscp
+            assert self.counter("RoceEgress.tx_port_tc", cell(1, tc))[0] == tx0 + 1, dscp
 
 
 def ecmp_choice(test: RoceSwitchTest, sport: int) -> int:
@@ -294,14 +299,14 @@ class PfcConsumed(RoceSwitchTest):
     """A PFC frame is counted per enabled class and never forwarded."""
 
     def runTest(self) -> None:
-        before3 = self.counter("RoceIngress.pfc_rx", 4 * 8 + 3)[0]
-        before0 = self.counter("RoceIngress.pfc_rx", 4 * 8 + 0)[0]
-        frame = Ether(dst=PFC_DST, src=SRC_MAC, type=0x8808) / MACControlClassBasedFlowControl(
-            _reserved=0, c3_enabled=1, c3_pause_time=100)
+        before3 = self.counter("RoceIngress.pfc_rx", cell(4, 3))[0]
+        before0 = self.counter("RoceIngress.pfc_rx", cell(4, 0))[0]
+        frame = Ether(dst=PFC_DST_MAC, src=SRC_MAC, type=ETH_P_MAC_CONTROL) / \
+            MACControlClassBasedFlowControl(_reserved=0, c3_enabled=1, c3_pause_time=100)
         tu.send_packet(self, 4, frame)
         tu.verify_no_other_packets(self)
-        assert self.counter("RoceIngress.pfc_rx", 4 * 8 + 3)[0] == before3 + 1
-        assert self.counter("RoceIngress.pfc_rx", 4 * 8 + 0)[0] == before0
+        assert self.counter("RoceIngress.pfc_rx", cell(4, 3))[0] == before3 + 1
+        assert self.counter("RoceIngress.pfc_rx", cell(4, 0))[0] == before0
 
 
 def tick(port: int, tc: int, backlog: int) -> bytes:
@@ -355,7 +360,7 @@ def expect_pfc(test: RoceSwitchTest, port: int, quanta: int):
     res = tu.dp_poll(test, device_number=0, port_number=port, timeout=2)
     assert isinstance(res, test.dataplane.PollSuccess), f"no PFC frame on port {port}"
     f = Ether(res.packet)
-    assert f.dst == PFC_DST and f.type == 0x8808, f.summary()
+    assert f.dst == PFC_DST_MAC and f.type == ETH_P_MAC_CONTROL, f.summary()
     c = f[MACControlClassBasedFlowControl]
     assert c.c3_enabled == 1 and c.c3_pause_time == quanta, c.show(dump=True)
     assert c.c0_enabled == 0 and c.c6_enabled == 0
@@ -393,7 +398,7 @@ class PfcGeneration(RoceSwitchTest):
         frames.append(expect_pfc(self, 2, 0))
         frames.append(expect_pfc(self, 3, 0))
         tu.verify_no_other_packets(self)
-        assert self.counter("RoceEgress.pfc_egress.pfc_tx", 2 * 8 + 3)[0] >= 2
+        assert self.counter("RoceEgress.pfc_egress.pfc_tx", cell(2, 3))[0] >= 2
         self._tshark(frames)
 
     def _tshark(self, frames) -> None:
@@ -434,17 +439,17 @@ class WatchdogIgnoredPfc(RoceSwitchTest):
     def runTest(self) -> None:
         bm = self.bm
         port = 3
-        bm.bm_register_write(0, "pfc_ignored", port * 8 + 3, 1)
+        bm.bm_register_write(0, "pfc_ignored", cell(port, 3), 1)
         try:
-            frame = Ether(dst=PFC_DST, src=SRC_MAC, type=0x8808) / \
+            frame = Ether(dst=PFC_DST_MAC, src=SRC_MAC, type=ETH_P_MAC_CONTROL) / \
                 MACControlClassBasedFlowControl(_reserved=0, c3_enabled=1, c3_pause_time=1000,
                                                 c0_enabled=1, c0_pause_time=1000)
-            before = self.counter("RoceIngress.pfc_rx", port * 8 + 3)[0]
+            before = self.counter("RoceIngress.pfc_rx", cell(port, 3))[0]
             tu.send_packet(self, port, frame)
             tu.verify_no_other_packets(self)
-            assert self.counter("RoceIngress.pfc_rx", port * 8 + 3)[0] == before + 1
-            assert bm.bm_register_read(0, "paused_until", port * 8 + 3) == 0
-            assert bm.bm_register_read(0, "paused_until", port * 8 + 0) > 0
+            assert self.counter("RoceIngress.pfc_rx", cell(port, 3))[0] == before + 1
+            assert bm.bm_register_read(0, "paused_until", cell(port, 3)) == 0
+            assert bm.bm_register_read(0, "paused_until", cell(port, 0)) > 0
         finally:
-            bm.bm_register_write(0, "pfc_ignored", port * 8 + 3, 0)
-            bm.bm_register_write(0, "paused_until", port * 8 + 0, 0)
+            bm.bm_register_write(0, "pfc_ignored", cell(port, 3), 0)
+            bm.bm_register_write(0, "paused_until", cell(port, 0), 0)

@@ -1,0 +1,27 @@
+"""The switch agent: what a switch OS does in software, one process per switch, inside the
+switch's network namespace. Its jobs, one module each:
+
+* :mod:`~testbed.agent.pause`: PFC frames arriving on a port close and open that port's class
+  gates (the MAC's job in a real switch); every pause is an event.
+* :mod:`~testbed.agent.telemetry`: ticks into the P4 program (its phantom queues resync to the
+  kernel's backlog), and the telemetry samples.
+* :mod:`~testbed.agent.watchdog`: the PFC watchdog, as SONiC runs it.
+* :mod:`~testbed.agent.frames` (PFC socket, tick frame), :mod:`~testbed.agent.registers` (the
+  P4 program's registers over Thrift), :mod:`~testbed.agent.config` (the agent's config file).
+* :mod:`~testbed.agent.switch`: the agent itself and its single-threaded loop.
+
+What it writes is :mod:`testbed.results`'s: ``<switch>.telemetry.csv``, ``<switch>.events.csv``
+and ``<switch>.pfcwd.json``.
+
+Run by the testbed as ``python -m testbed.agent CONFIG.json``; the config is written by
+:func:`agent_config`.
+"""
+
+from testbed.agent.config import AgentConfig, AgentPort, agent_config
+from testbed.agent.frames import pfc_socket, released_bytes, tick_frame
+from testbed.agent.pause import PauseState, PortRuntime, WatchdogState
+from testbed.agent.switch import SwitchAgent, main
+
+__all__ = ["AgentConfig", "AgentPort", "PauseState", "PortRuntime", "SwitchAgent",
+           "WatchdogState", "agent_config", "main", "pfc_socket", "released_bytes",
+           "tick_frame"]

@@ -1,0 +1,71 @@
+"""The switch agent's config file: what the fabric tells each agent (written by
+:func:`agent_config`, read by :meth:`AgentConfig.load`). Read without pydantic: the agent
+starts on a loaded machine, and the file is complete."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from testbed.ports import PortSpec
+
+
+@dataclass
+class AgentPort:
+    number: int
+    ifname: str
+    rate_mbps: float
+    buffers: list[int]
+
+
+@dataclass
+class AgentConfig:
+    switch: str
+    ports: list[AgentPort]
+    dscp_to_tc: list[list[int]]
+    default_tc: int
+    lossless: list[int]
+    tick_ifname: str
+    tick_period_s: float
+    sample_period_s: float
+    out_dir: str
+    max_frame: int = 9014
+    tick_src_mac: str = "02:00:00:00:00:fe"
+    watchdog: dict | None = None  # PfcWatchdogConfig as a dict, with "ports": [numbers]
+    state_file: str | None = None
+    thrift_port: int | None = None  # BMv2's, inside this namespace: read the drift register
+    #: The fabric's clock origin (CLOCK_MONOTONIC, shared by every process on the machine), so
+    #: that every agent's t_s, the scenario's timeline and the counter samples line up.
+    t0_monotonic: float | None = None
+    nice: int = 0  # scheduling priority (config agent.nice), set before anything starts
+
+    @classmethod
+    def load(cls, path: str | Path) -> AgentConfig:
+        d = json.loads(Path(path).read_text())
+        d["ports"] = [AgentPort(**p) for p in d["ports"]]
+        return cls(**d)
+
+    def port_spec(self, p: AgentPort) -> PortSpec:
+        return PortSpec(p.ifname, p.rate_mbps, tuple(p.buffers),
+                        tuple((d, t) for d, t in self.dscp_to_tc), self.default_tc,
+                        self.max_frame)
+
+
+def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tick_period_s: float,
+                 sample_period_s: float, out_dir: Path, max_frame: int,
+                 watchdog=None, state_file: Path | None = None,
+                 thrift_port: int | None = None, t0_monotonic: float | None = None,
+                 nice: int = 0) -> dict:
+    wd = None
+    if watchdog is not None:
+        wd = watchdog.model_dump()
+        if wd["ports"] != "all":
+            wd["ports"] = [int(x.split(":")[1]) for x in wd["ports"]
+                           if x.split(":")[0] == switch]
+    return asdict(AgentConfig(
+        switch=switch, ports=ports, dscp_to_tc=[[d, t] for d, t in qos.dscp_to_tc_map.items()],
+        default_tc=qos.default_tc, lossless=list(qos.pfc_enable), tick_ifname=tick_ifname,
+        tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
+        max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None,
+        thrift_port=thrift_port, t0_monotonic=t0_monotonic, nice=nice))

@@ -1,0 +1,90 @@
+"""The frames the switch agent reads and sends: PFC frames on the switch's ports (a raw socket
+with kernel timestamps) and its tick frames into the switch (p4/headers.p4's tick_h)."""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+import struct
+import time
+from collections.abc import Iterator
+
+from testbed.constants import (
+    ETH_P_ALL,
+    ETH_P_MAC_CONTROL,
+    ETH_P_TICK,
+    PACKET_OUTGOING,
+    TICK_SENT_UNKNOWN,
+)
+from testbed.ports import ClassStats
+
+SO_ATTACH_FILTER = 26
+#: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808, drop the rest.
+PFC_BPF = [(0x28, 0, 0, 12), (0x15, 0, 1, ETH_P_MAC_CONTROL), (0x06, 0, 0, 0xFFFF),
+           (0x06, 0, 0, 0)]
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
+#: A tick's body after the EtherType (tick_h): port, class, backlog, sent.
+TICK_BODY = struct.Struct("!HBII")
+TICK_DST = b"\x02\x00\x00\x00\x00\xff"
+
+
+def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
+               released: int | None = None) -> bytes:
+    """The agent's tick for (port, class): the kernel's backlog, and the bytes the kernel has
+    let go of (sent plus dropped) since the port was made, modulo 2^32 (None: unknown, the
+    program then takes the backlog alone)."""
+    src = bytes.fromhex(src_mac.replace(":", ""))
+    if released is None:
+        sent = TICK_SENT_UNKNOWN
+    else:  # all ones is the one value that means unknown: off by a byte is safe
+        sent = released & 0xFFFFFFFF
+        if sent == TICK_SENT_UNKNOWN:
+            sent -= 1
+    body = TICK_BODY.pack(port, tc, min(backlog, 0xFFFFFFFF), sent)
+    f = TICK_DST + src + struct.pack("!H", ETH_P_TICK) + body
+    return f + b"\x00" * (60 - len(f))
+
+
+def released_bytes(st: ClassStats, max_frame: int) -> int:
+    """Bytes a kernel queue has let go of: sent, plus dropped. The kernel counts drops in
+    packets only; they are costed at the class's mean frame size (the largest frame before it
+    has sent any), which errs by a fraction of a frame per drop in a class where a drop is
+    already a failure the run reports."""
+    mean = st.sent_bytes // st.sent_packets if st.sent_packets else max_frame
+    return st.sent_bytes + st.drops * mean
+
+
+def pfc_socket(ifname: str) -> socket.socket:
+    """A socket that sees every PFC frame on the port, both ways, with kernel timestamps.
+
+    Outgoing frames matter: a PFC frame our own switch sends says a queue of ours crossed XOFF,
+    which is when the ticks are needed (see the agent's tick()). Linux hands outgoing frames
+    only to ETH_P_ALL sockets, not to one bound to 0x8808, so the socket takes everything and a
+    BPF filter keeps only MAC control frames in the kernel.
+    """
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    prog = b"".join(struct.pack("HBBI", *ins) for ins in PFC_BPF)
+    buf = ctypes.create_string_buffer(prog)
+    fprog = struct.pack("HL", len(PFC_BPF), ctypes.addressof(buf))
+    s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+    s.bind((ifname, 0))
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return s
+
+
+def receive(sock: socket.socket) -> Iterator[tuple[bytes, float, bool]]:
+    """Every frame waiting on a non-blocking :func:`pfc_socket`, one at a time: the frame,
+    when the kernel received it (time.time()'s clock), and whether the switch sent it."""
+    while True:
+        try:
+            data, anc, _flags, addr = sock.recvmsg(2048, 64)
+        except BlockingIOError:
+            return
+        except OSError:  # the port went down: nothing to read until it is up
+            return
+        t_kernel = time.time()
+        for level, kind, value in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                sec, nsec = struct.unpack("qq", value[:16])
+                t_kernel = sec + nsec / 1e9
+        yield data, t_kernel, addr[2] == PACKET_OUTGOING

@@ -1,0 +1,162 @@
+"""The switch agent's process: its ports, sockets and files, and the loop that runs the jobs of
+:mod:`testbed.agent.pause`, :mod:`testbed.agent.telemetry` and :mod:`testbed.agent.watchdog`
+in one thread, sleeping in select() until a PFC frame arrives or the next timer is due."""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from testbed.agent.config import AgentConfig
+from testbed.agent.frames import pfc_socket, receive
+from testbed.agent.pause import PauseMixin, PortRuntime
+from testbed.agent.registers import P4Registers
+from testbed.agent.telemetry import TelemetryMixin
+from testbed.agent.watchdog import WatchdogMixin
+from testbed.constants import NUM_TCS
+from testbed.ports import PortGates, TcBatch
+from testbed.results import events_writer, telemetry_writer
+from testbed.tcstats import QdiscReader
+from traffic.packets import parse_pfc
+
+#: While busy, resync from the kernel this often; timer ticks fill the gaps (no kernel read).
+RESYNC_S = 0.05
+
+
+class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
+    def __init__(self, cfg: AgentConfig, clock=time.monotonic) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.t0 = cfg.t0_monotonic if cfg.t0_monotonic is not None else clock()
+        self.batch = TcBatch()
+        self.reader = QdiscReader()
+        self.ports: dict[int, PortRuntime] = {}
+        for p in cfg.ports:
+            gates = PortGates(cfg.port_spec(p), batch=self.batch, reader=self.reader)
+            s = pfc_socket(p.ifname)
+            s.setblocking(False)
+            self.ports[p.number] = PortRuntime(p, gates, s)
+        self.by_sock = {pr.sock: pr for pr in self.ports.values()}
+        self.tick_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        self.tick_sock.bind((cfg.tick_ifname, 0))
+        self.timers: list[tuple[float, int, int]] = []  # (when, port, tc): a pause expires
+        self.running = True
+        self.stats = {"ticks": 0, "pfc_rx": 0, "gate_changes": 0}
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        self.telemetry_log = telemetry_writer(cfg.out_dir, cfg.switch)
+        self.event_log = events_writer(cfg.out_dir, cfg.switch)
+        self.hot: set[tuple[int, int]] = set()  # lossless queues that held packets lately
+        self.busy_until = 0.0
+        self.p4 = P4Registers(cfg.thrift_port, cfg.switch)
+
+    def now(self) -> float:
+        return self.clock() - self.t0
+
+    # -- deferred kicks -------------------------------------------------------------------
+    # An opened gate needs a kick once tc has applied the change (PortGates.open). The agent's
+    # loop is single-threaded, so instead of sleeping for it, the kick waits in a timer heap
+    # of its own, which run() fires and counts in its wake-up time.
+    def _defer_kicks(self) -> None:
+        """Have every gate of this agent hand its kicks to the loop from now on."""
+        self.kicks: list[tuple[float, int, PortGates]] = []  # (due, seq, gates)
+        self._kick_seq = 0
+        for pr in self.ports.values():
+            pr.gates.kick_later = self._kick_later
+
+    def _kick_later(self, gates: PortGates, delay_s: float) -> None:
+        if not self.running:  # closing: the loop will not come round again to kick
+            time.sleep(delay_s)
+            gates.kick()
+            return
+        self._kick_seq += 1
+        heapq.heappush(self.kicks, (self.clock() + delay_s, self._kick_seq, gates))
+
+    def run_kicks(self) -> None:
+        """Kick every gate whose kick is due."""
+        now = self.clock()
+        while self.kicks and self.kicks[0][0] <= now:
+            heapq.heappop(self.kicks)[2].kick()
+
+    # -- loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        next_tick = next_sample = next_poll = self.clock()
+        wd_on = self.watchdog.config.enabled
+        poll_s = self.watchdog.config.polling_interval_ms / 1000
+        self._defer_kicks()
+        socks = list(self.by_sock)
+        next_resync = next_tick
+        while self.running:
+            now = self.clock()
+            if now >= next_tick and now < self.busy_until:
+                if now >= next_resync:
+                    self.tick()
+                    next_resync = now + RESYNC_S
+                else:
+                    self.timer_tick()
+                next_tick = now + self.cfg.tick_period_s
+            if now >= next_sample:
+                self.sample()
+                next_sample = now + self.cfg.sample_period_s
+            if wd_on and now >= next_poll:
+                self.watchdog_poll()
+                next_poll = now + poll_s
+            self.expire()
+            self.run_kicks()
+            wake = min(next_tick if now < self.busy_until else next_sample, next_sample,
+                       self.timers[0][0] if self.timers else next_sample)
+            if wd_on:
+                wake = min(wake, next_poll)
+            if self.kicks:
+                wake = min(wake, self.kicks[0][0])
+            ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
+            for s in ready:
+                pr = self.by_sock[s]
+                for data, t_kernel, outgoing in receive(s):
+                    classes = parse_pfc(data)
+                    if outgoing:  # our switch paused or resumed a neighbour
+                        if classes:
+                            self.on_own_pfc(classes)
+                            next_tick = min(next_tick, self.clock())  # tick at once
+                        continue
+                    if classes:
+                        self.on_pfc(pr, classes, t_kernel)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sample()
+        for pr in self.ports.values():
+            for tc in range(NUM_TCS):
+                if pr.pause[tc].until:
+                    pr.gates.open(tc)
+            pr.sock.close()
+            pr.gates.ipr.close()
+        self.batch.close()
+        self.tick_sock.close()
+        self.telemetry_log.close()
+        self.event_log.close()
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        print("usage: python -m testbed.agent CONFIG.json", file=sys.stderr)
+        sys.exit(2)
+    cfg = AgentConfig.load(sys.argv[1])
+    if cfg.nice:  # before the tc batch process starts, so that it inherits the priority
+        os.setpriority(os.PRIO_PROCESS, 0, cfg.nice)
+    agent = SwitchAgent(cfg)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        agent.close()
+        print(json.dumps({"switch": agent.cfg.switch, **agent.stats}), flush=True)

@@ -1,0 +1,111 @@
+"""Ticks and telemetry.
+
+* Ticks: every tick period, for each lossless (port, class) that holds or just held packets,
+  the agent reads the kernel's backlog and sends a tick frame into the switch through its own
+  port; the P4 program resyncs its phantom queue to it and sends XON, or refreshes XOFF,
+  toward the ports it paused. Between resyncs, timer ticks (no kernel read) let the program
+  judge its own phantom.
+* Telemetry: kernel backlog, drops and sent counters per (port, class), the pause states and
+  the P4 program's view of each lossless queue, every sample period, as
+  :class:`testbed.results.TelemetryRow` records.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+from testbed.agent.config import AgentConfig
+from testbed.agent.frames import released_bytes, tick_frame
+from testbed.agent.pause import PortRuntime
+from testbed.agent.registers import P4Registers
+from testbed.constants import NUM_TCS, TICK_TIMER_ONLY
+from testbed.ports import ClassStats
+from testbed.results import CsvWriter, TelemetryRow
+from testbed.tcstats import QdiscReader
+
+#: After the switch sends PFC or a lossless queue holds packets, tick fast for this long.
+BUSY_HOLD_S = 1.0
+
+
+class TelemetryMixin:
+    """The switch agent's ticks and samples (a part of :class:`testbed.agent.SwitchAgent`)."""
+
+    cfg: AgentConfig
+    clock: Callable[[], float]
+    now: Callable[[], float]
+    ports: dict[int, PortRuntime]
+    reader: QdiscReader
+    p4: P4Registers
+    stats: dict[str, int]
+    tick_sock: socket.socket
+    telemetry_log: CsvWriter[TelemetryRow]
+    hot: set[tuple[int, int]]  # lossless queues that held packets lately
+    busy_until: float
+
+    def _backlogs(self) -> dict[int, dict[int, ClassStats]]:
+        dump = self.reader.dump()  # one netlink dump for every port
+        return {n: pr.gates.stats(dump) for n, pr in self.ports.items()}
+
+    def tick(self, stats: dict[int, dict[int, ClassStats]] | None = None) -> None:
+        """Resync tick: read the kernel (one dump) and tick every lossless queue that holds, or
+        just held, packets with its backlog. Queues with a backlog become "hot"."""
+        stats = stats if stats is not None else self._backlogs()
+        for n in self.ports:
+            for tc in self.cfg.lossless:
+                st = stats[n].get(tc)
+                backlog = st.backlog_bytes if st else 0
+                released = released_bytes(st, self.cfg.max_frame) if st else None
+                key = (n, tc)
+                # a queue that is and was empty needs no tick: the program has nothing to do
+                if backlog == 0 and key not in self.hot:
+                    continue
+                if backlog:
+                    self.hot.add(key)
+                else:
+                    self.hot.discard(key)
+                self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, backlog,
+                                               released))
+                self.stats["ticks"] += 1
+        if self.hot:
+            self.busy_until = self.clock() + BUSY_HOLD_S
+
+    def timer_tick(self) -> None:
+        """Between resyncs: tick the hot queues without reading the kernel; the program judges
+        its own phantom (drained at the port rate) for XON or a refreshed XOFF."""
+        for n, tc in self.hot:
+            self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, TICK_TIMER_ONLY))
+            self.stats["ticks"] += 1
+
+    def on_own_pfc(self, classes: dict[int, int]) -> None:
+        """Our switch paused or resumed a neighbour (a PFC frame leaving one of its ports)."""
+        self.busy_until = self.clock() + BUSY_HOLD_S
+        # An XOFF can come from the phantom while the kernel queue is already empty (and so
+        # not hot): without a tick for it the program never sees the queue drained and never
+        # sends the XON. Timer ticks from now on (the loop ticks at once), resyncs at their own
+        # pace: a resync at once would set the phantom to a kernel backlog that has not caught
+        # up with what BMv2 holds, and XON the port it just paused.
+        self.hot.update((n, tc) for n in self.ports for tc, q in classes.items()
+                        if q and tc in self.cfg.lossless)
+
+    def sample(self) -> None:
+        now = self.clock()
+        t_s = self.now()
+        backlogs = self._backlogs()
+        views, lag = self.p4.queue_views(self.ports, self.cfg.lossless)
+        if now >= self.busy_until:
+            self.tick(backlogs)  # the slow, at-rest check rides on the sample's dump
+        for n, per_tc in backlogs.items():
+            pr = self.ports[n]
+            for tc in range(NUM_TCS):
+                st = per_tc.get(tc)
+                if st is None:
+                    continue
+                ps = pr.pause[tc]
+                paused_s = ps.total + (now - ps.since if ps.until else 0.0)
+                drift, held, below, peak = views.get((n, tc), (None, None, None, None))
+                self.telemetry_log.write(TelemetryRow(
+                    t_s, self.cfg.switch, n, tc, st.backlog_bytes, st.backlog_packets, st.drops,
+                    st.sent_bytes, st.sent_packets, bool(ps.until), ps.frames, paused_s,
+                    drift, held, below, peak, lag))
+        self.telemetry_log.flush()
