@@ -1,0 +1,93 @@
+"""The endpoint's configuration and command line: :class:`EndpointConfig` and the arguments of
+``python -m traffic.endpoint`` (:func:`build_parser`, :func:`config_from_args`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.constants import NUM_TCS
+from traffic.packets import DSCP_CNP
+
+#: DSCP for each traffic class when no table is given (run by hand): the class selectors, and
+#: 26 for RoCE. The testbed passes its fabric's own (--tc-dscp, from qos.dscp_to_tc_map), so
+#: that each class lands in that class at the switches.
+TC_TO_DSCP = {0: 0, 1: 8, 2: 16, 3: 26, 4: 32, 5: 40, 6: 48, 7: 56}
+#: The class of CNPs when none is given: where DSCP_CNP lands in the fabric's default map.
+CNP_TC = 6
+
+
+@dataclass
+class EndpointConfig:
+    intf: str
+    mac: str
+    ip: str
+    next_hop_mac: str
+    line_rate_bps: float
+    control_socket: Path
+    out_dir: Path
+    mtu: int = 4096  # RoCE path MTU: payload bytes per packet
+    tc_to_dscp: dict[int, int] = field(default_factory=lambda: dict(TC_TO_DSCP))
+    cnp_dscp: int = DSCP_CNP
+    cnp_tc: int = CNP_TC  # the class the CNP's DSCP lands in: a pause of it holds CNPs back
+    sample_period_s: float = 0.1
+    cnp_interval_s: float | None = None  # default: [Z15]'s 50 us scaled to the link
+    dcqcn: dict = field(default_factory=dict)  # overrides of DcqcnParams.scaled
+    dcqcn_enabled: bool = True
+    rx_buffer_packets: int = 256  # slow-receiver queue before it drops
+    t0_monotonic: float | None = None  # origin of t_s; the testbed passes the run's
+
+
+def _tc_dscp_table(text: str) -> dict[int, int]:
+    """``3=26,6=48`` -> {3: 26, 6: 48}, for --tc-dscp."""
+    try:
+        table = {int(tc): int(d) for tc, d in (kv.split("=") for kv in text.split(",") if kv)}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write TC=DSCP pairs, e.g. 3=26,6=48") \
+            from None
+    if not all(0 <= tc <= 7 and 0 <= d <= 63 for tc, d in table.items()):
+        raise argparse.ArgumentTypeError(f"{text!r}: classes are 0..7, DSCPs 0..63")
+    return table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m traffic.endpoint",
+        description="RoCEv2 endpoint (RC QPs, Go-Back-N, DCQCN, PFC) on one interface.")
+    ap.add_argument("--intf", required=True)
+    ap.add_argument("--mac", required=True)
+    ap.add_argument("--ip", required=True)
+    ap.add_argument("--next-hop-mac", required=True, help="the leaf's (or peer's) MAC")
+    ap.add_argument("--line-rate-mbps", type=float, default=10.0)
+    ap.add_argument("--mtu", type=int, default=4096, help="RoCE path MTU (payload per packet); "
+                    "the testbed derives it from fabric.mtu")
+    ap.add_argument("--tc-dscp", type=_tc_dscp_table, default=dict(TC_TO_DSCP),
+                    help="DSCP of each class the host may send, as TC=DSCP pairs, e.g. "
+                         "0=0,3=26,6=48 (the testbed's comes from qos.dscp_to_tc_map); "
+                         "default: the class selectors, and 26 for class 3")
+    ap.add_argument("--cnp-dscp", type=int, default=DSCP_CNP, choices=range(64), metavar="DSCP",
+                    help="DSCP of CNPs (qos.cnp_dscp)")
+    ap.add_argument("--cnp-tc", type=int, default=CNP_TC, choices=range(NUM_TCS), metavar="TC",
+                    help="class the CNP DSCP lands in: CNPs wait while it is paused")
+    ap.add_argument("--control", type=Path, required=True, help="unix socket for commands")
+    ap.add_argument("--out", type=Path, required=True, help="folder for the CSV time series")
+    ap.add_argument("--sample-period", type=float, default=0.1)
+    ap.add_argument("--cnp-interval", type=float, default=None)
+    ap.add_argument("--no-dcqcn", action="store_true")
+    ap.add_argument("--dcqcn", type=json.loads, default={},
+                    help='DCQCN overrides as JSON, e.g. \'{"timer_period_s": 0.1}\'')
+    ap.add_argument("--t0", type=float, default=None,
+                    help="origin of t_s (CLOCK_MONOTONIC seconds), default: now")
+    ap.add_argument("--log", default="INFO")
+    return ap
+
+
+def config_from_args(a: argparse.Namespace) -> EndpointConfig:
+    return EndpointConfig(
+        intf=a.intf, mac=a.mac, ip=a.ip, next_hop_mac=a.next_hop_mac,
+        line_rate_bps=a.line_rate_mbps * 1e6, control_socket=a.control, out_dir=a.out, mtu=a.mtu,
+        tc_to_dscp=a.tc_dscp, cnp_dscp=a.cnp_dscp, cnp_tc=a.cnp_tc,
+        sample_period_s=a.sample_period, cnp_interval_s=a.cnp_interval, dcqcn=a.dcqcn,
+        dcqcn_enabled=not a.no_dcqcn, t0_monotonic=a.t0)

@@ -1,0 +1,140 @@
+"""PFC at the endpoint: obeying the switch's pauses (a paused class sends nothing; its ACKs and
+CNPs wait in a queue of their own) and the two faults that send PFC: a slow receiver (PAUSE when
+its receive queue backs up, resume when it drains) and a broken NIC (a PAUSE storm)."""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING
+
+from testbed.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_QUANTUM_BITS
+from traffic.packets import parse_roce, pfc_frame
+
+if TYPE_CHECKING:
+    from traffic.endpoint_config import EndpointConfig
+    from traffic.endpoint_qps import QpState
+    from traffic.endpoint_telemetry import EndpointStats
+
+STORM_INTERVAL_S = 0.02  # a storming NIC's PAUSE frames: 50 per second
+
+
+class PfcPort:
+    """Part of :class:`traffic.endpoint.Endpoint`: pause state per class, the held-back control
+    frames, and the PFC faults. Uses the endpoint's ``cfg``, ``stats``, ``qps``, ``_send()``,
+    ``_deliver()`` and ``_expected_payload_crc()``."""
+
+    cfg: EndpointConfig
+    stats: EndpointStats
+    qps: dict[int, QpState]
+
+    def _init_pfc(self) -> None:
+        self.paused_until = [0.0] * NUM_TCS
+        self.paused_total = [0.0] * NUM_TCS
+        self._pause_mark = [0.0] * NUM_TCS
+        self.ctrl_q: list[collections.deque[bytes]] = [collections.deque() for _ in range(NUM_TCS)]
+        self._ctrl_queued = 0  # frames waiting in ctrl_q, so the loop skips the check when 0
+        self.fault: dict = {"mode": "none"}
+        self.rx_queue: collections.deque[tuple[bytes, float]] = collections.deque()
+        self._rx_next = 0.0
+        self._xoff_sent = False
+        self._xoff_at = 0.0
+        self._storm_next = 0.0
+
+    # -- obeying pauses -----------------------------------------------------------------
+    def _pause(self, tc: int, quanta: int, now: float) -> None:
+        was = self.paused_until[tc] > now
+        if was:
+            self.paused_total[tc] += now - self._pause_mark[tc]
+        self._pause_mark[tc] = now
+        self.paused_until[tc] = now + quanta * PFC_QUANTUM_BITS / self.cfg.line_rate_bps
+
+    def paused_seconds(self, tc: int, now: float) -> float:
+        extra = min(now, self.paused_until[tc]) - self._pause_mark[tc]
+        return self.paused_total[tc] + max(0.0, extra)
+
+    def _send_ctrl(self, tc: int, frame: bytes, now: float) -> None:
+        if self.paused_until[tc] > now:
+            self.ctrl_q[tc].append(frame)
+            self._ctrl_queued += 1
+        else:
+            self._send(frame, now)
+
+    def _flush_ctrl(self, now: float) -> None:
+        for tc in range(NUM_TCS):
+            q = self.ctrl_q[tc]
+            while q and self.paused_until[tc] <= now:
+                self._send(q.popleft(), now)
+                self._ctrl_queued -= 1
+
+    # -- faults -------------------------------------------------------------------------
+    def _enqueue_slow(self, frame: bytes, p, now: float) -> None:
+        if len(self.rx_queue) >= self.cfg.rx_buffer_packets:
+            self.stats.rx_dropped += 1
+            return
+        self.rx_queue.append((frame, now))
+
+    def _service_slow(self, now: float) -> float | None:
+        f = self.fault
+        if f["mode"] != "slow_receiver":
+            return None
+        period = 1.0 / f["max_rx_pps"]
+        while self.rx_queue and self._rx_next <= now:
+            frame, _ = self.rx_queue.popleft()
+            p = parse_roce(frame, self._expected_payload_crc)  # its ICRC was checked on arrival
+            st = self.qps.get(p.dqpn)
+            if st is not None and st.responder is not None:
+                self._deliver(st, p, now)
+            self._rx_next = max(self._rx_next, now) + period
+        depth = len(self.rx_queue)
+        tc = f.get("tc", 3)
+        if depth >= f["xoff_packets"] and not self._xoff_sent:
+            self._send(pfc_frame(self.cfg.mac, {tc: PFC_MAX_QUANTA}))
+            self.stats.pfc_tx += 1
+            self._xoff_sent = True
+            self._xoff_at = now
+        elif self._xoff_sent and (depth <= f["xon_packets"]):
+            self._send(pfc_frame(self.cfg.mac, {tc: 0}))
+            self.stats.pfc_tx += 1
+            self._xoff_sent = False
+        elif self._xoff_sent and now - self._xoff_at > self._refresh_s(PFC_MAX_QUANTA):
+            self._send(pfc_frame(self.cfg.mac, {tc: PFC_MAX_QUANTA}))  # refresh before expiry
+            self.stats.pfc_tx += 1
+            self._xoff_at = now
+        return self._rx_next if self.rx_queue else None
+
+    def _refresh_s(self, quanta: int) -> float:
+        return quanta * PFC_QUANTUM_BITS / self.cfg.line_rate_bps / 2
+
+    def _service_storm(self, now: float) -> float | None:
+        f = self.fault
+        if f["mode"] != "storm":
+            return None
+        if now >= self._storm_next:
+            self._send(pfc_frame(self.cfg.mac, {f.get("tc", 3): f.get("quanta", PFC_MAX_QUANTA)}))
+            self.stats.pfc_tx += 1
+            # a broken NIC floods PAUSE: far more often than a pause needs refreshing
+            self._storm_next = now + min(self._refresh_s(f.get("quanta", PFC_MAX_QUANTA)),
+                                         STORM_INTERVAL_S)
+        return self._storm_next
+
+    def set_fault(self, mode: str, **kw) -> dict:
+        if mode == "none":
+            if self.fault["mode"] == "slow_receiver" and self._xoff_sent:
+                self._send(pfc_frame(self.cfg.mac, {self.fault.get("tc", 3): 0}))
+                self._xoff_sent = False
+            self.fault = {"mode": "none"}
+        elif mode == "storm":
+            self.fault = {"mode": "storm", "tc": int(kw.get("tc", 3)),
+                          "quanta": int(kw.get("quanta", PFC_MAX_QUANTA))}
+            self._storm_next = 0.0
+        elif mode == "slow_receiver":
+            pps = float(kw.get("max_rx_pps", 0))
+            if pps <= 0:
+                raise ValueError("slow_receiver needs max_rx_pps > 0")
+            xoff = int(kw.get("xoff_packets", 32))
+            self.fault = {"mode": "slow_receiver", "tc": int(kw.get("tc", 3)),
+                          "max_rx_pps": pps, "xoff_packets": xoff,
+                          "xon_packets": int(kw.get("xon_packets", xoff // 2))}
+        else:
+            raise ValueError("fault mode must be none, storm or slow_receiver")
+        return self.fault

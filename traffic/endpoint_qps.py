@@ -1,0 +1,101 @@
+"""The endpoint's QP table: :class:`QpState` (one RC QP: its requester or responder, DCQCN
+reaction point and pacer), creating QPs, and the frame builders they share."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from traffic.dcqcn import DcqcnParams, ReactionPoint
+from traffic.packets import RoceFrameBuilder
+from traffic.qp import Requester, Responder
+
+if TYPE_CHECKING:
+    from traffic.endpoint_config import EndpointConfig
+
+
+def qp_source_port(qpn: int, dqpn: int) -> int:
+    """UDP source port of a QP: a hash of the QP numbers into 49152-65535, as rxe does."""
+    return 0xC000 | (zlib.crc32(f"{qpn}:{dqpn}".encode()) & 0x3FFF)
+
+
+@dataclass
+class QpState:
+    qpn: int
+    role: str
+    tc: int
+    peer_ip: str
+    peer_qpn: int
+    sport: int
+    requester: Requester | None = None
+    responder: Responder | None = None
+    rp: ReactionPoint | None = None
+    rate_cap_bps: float | None = None
+    next_time: float = 0.0
+    cnps_received: int = 0
+    cnps_sent: int = 0
+    post_until: float = 0.0  # keep the send queue topped up until then (duration flows)
+    post_kind: str = "write"
+    post_size: int = 0
+    _last_bytes: int = 0
+    builder: RoceFrameBuilder | None = None  # ACKs (responder)
+    cnp_builder: RoceFrameBuilder | None = None  # CNPs, with the CNP DSCP (responder)
+
+    @property
+    def rate_bps(self) -> float:
+        r = self.rp.rc if self.rp else float("inf")
+        return min(r, self.rate_cap_bps) if self.rate_cap_bps else r
+
+
+class QpTable:
+    """Part of :class:`traffic.endpoint.Endpoint`: its QPs (``qps``, and ``_requesters``, the
+    senders, for the send loop). Uses the endpoint's ``cfg``, ``dcqcn`` and ``now()``."""
+
+    cfg: EndpointConfig
+    dcqcn: DcqcnParams
+
+    def _init_qps(self) -> None:
+        self.qps: dict[int, QpState] = {}
+        self._requesters: list[QpState] = []
+        self._builders: dict[tuple[str, int, int], RoceFrameBuilder] = {}
+
+    def _builder(self, peer_ip: str, sport: int, dscp: int) -> RoceFrameBuilder:
+        key = (peer_ip, sport, dscp)
+        b = self._builders.get(key)
+        if b is None:
+            b = RoceFrameBuilder(self.cfg.mac, self.cfg.next_hop_mac, self.cfg.ip, peer_ip, sport,
+                                 dscp=dscp)
+            self._builders[key] = b
+        return b
+
+    def create_qp(self, qpn: int, role: str, peer_ip: str, peer_qpn: int, tc: int = 3,
+                  sport: int | None = None, rate_cap_mbps: float | None = None,
+                  start_psn: int = 0, max_outstanding: int = 32, rto_s: float = 0.5) -> QpState:
+        if qpn in self.qps:
+            raise ValueError(f"QP {qpn} exists")
+        if role not in ("requester", "responder"):
+            raise ValueError("role must be 'requester' or 'responder'")
+        if not 0 <= tc <= 7:
+            raise ValueError("tc must be 0..7")
+        dscp = self.cfg.tc_to_dscp.get(tc)
+        if dscp is None:
+            raise ValueError(f"class {tc} has no DSCP on this host (--tc-dscp); classes: "
+                             f"{', '.join(map(str, sorted(self.cfg.tc_to_dscp)))}")
+        sport = sport or qp_source_port(qpn, peer_qpn)
+        st = QpState(qpn, role, tc, peer_ip, peer_qpn, sport,
+                     rate_cap_bps=rate_cap_mbps * 1e6 if rate_cap_mbps else None)
+        builder = self._builder(peer_ip, sport, dscp)
+        if role == "requester":
+            st.requester = Requester(qpn, peer_qpn, builder, mtu=self.cfg.mtu,
+                                     start_psn=start_psn, max_outstanding=max_outstanding,
+                                     rto_s=rto_s)
+            if self.cfg.dcqcn_enabled:
+                st.rp = ReactionPoint(self.dcqcn, now=self.now())
+            self._requesters.append(st)
+        else:
+            st.responder = Responder(qpn, peer_qpn, start_psn=start_psn)
+            st.builder = builder
+            st.cnp_builder = self._builder(peer_ip, sport, self.cfg.cnp_dscp)
+        self.qps[qpn] = st
+        return st

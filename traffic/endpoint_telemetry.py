@@ -1,0 +1,176 @@
+"""The endpoint's telemetry: its counters (:class:`EndpointStats`, :data:`STATS_COLUMNS`), the
+``stats`` command's snapshot, and its two CSV files in ``out_dir``: ``qp_timeseries.csv`` (one
+row per QP per sample, :data:`QP_COLUMNS`) and ``messages.csv`` (one row per completed message,
+:data:`MESSAGE_COLUMNS`)."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from testbed.constants import NUM_TCS
+from traffic.packets import REJECT_REASONS
+
+if TYPE_CHECKING:
+    from traffic.endpoint_config import EndpointConfig
+    from traffic.endpoint_qps import QpState
+
+QP_COLUMNS = [
+    ("t_s", "seconds on the run's clock (the endpoint's own start when run by hand)"),
+    ("qpn", "local QP number"),
+    ("role", "requester (sends data) or responder (receives it)"),
+    ("tc", "traffic class"),
+    ("rate_bps", "DCQCN current rate RC (requester)"),
+    ("target_bps", "DCQCN target rate RT (requester)"),
+    ("alpha", "DCQCN alpha (requester)"),
+    ("goodput_bps", "payload bytes acknowledged (requester) or accepted (responder) per second "
+                    "over the last sample"),
+    ("bytes", "payload bytes acknowledged or accepted so far"),
+    ("packets_sent", "data packets sent, retransmissions included"),
+    ("retransmitted", "data packets sent again (Go-Back-N or timeout)"),
+    ("naks", "NAKs received (requester) or sent (responder)"),
+    ("timeouts", "retransmission timeouts"),
+    ("cnps_received", "CNPs received (requester)"),
+    ("cnps_sent", "CNPs sent (responder)"),
+    ("ce_marked", "CE-marked data packets received (responder)"),
+    ("paused_s", "seconds this QP's class has been paused by PFC so far"),
+]
+MESSAGE_COLUMNS = [
+    ("qpn", "local QP number"), ("msg_id", "message number on that QP"),
+    ("kind", "write or send"), ("size", "bytes"),
+    ("posted_s", "when posted, on the same clock as t_s"),
+    ("completed_s", "when its last packet was acknowledged"),
+    ("fct_s", "flow (message) completion time"),
+]
+
+
+#: The endpoint-wide counters of the ``stats`` command (its ``"stats"`` object), in the order of
+#: :class:`EndpointStats`. Every received frame is counted once in ``frames_rx`` and, if it is
+#: dropped, once in exactly one of not_roce, rx_rejected, malformed, bad_icrc, unknown_qp,
+#: rx_dropped.
+STATS_COLUMNS = [
+    ("frames_rx", "frames received (PFC included)"),
+    ("frames_tx", "frames sent"),
+    ("malformed", "RoCEv2 frames dropped as broken: truncated, an opcode the endpoint does not "
+                  "implement, or a data opcode to a requester / an ACK or CNP to a responder"),
+    ("bad_icrc", "RoCEv2 frames dropped for a wrong ICRC"),
+    ("unknown_qp", "RoCEv2 frames to a QP number this endpoint does not have"),
+    ("not_roce", "frames that are neither PFC nor IPv4/UDP (ARP, IPv6, TCP...): ignored"),
+    ("rx_rejected", "frames dropped by the receive path's header checks, as a RoCE NIC drops "
+                    "them, by reason: ip_version, ip_ihl (options), ip_checksum, ip_fragment, "
+                    "udp_port (UDP not to 4791), udp_length (disagrees with IPv4's), bth_tver"),
+    ("pfc_rx", "PFC frames received"),
+    ("pfc_tx", "PFC frames sent (slow-receiver or storm fault)"),
+    ("cnps_sent", "CNPs sent"),
+    ("cnps_received", "CNPs received"),
+    ("rx_dropped", "data frames a slow receiver dropped because its queue was full"),
+    ("send_errors", "frames the socket refused (ENOBUFS while the qdisc is full)"),
+    ("rx_socket_drops", "frames the kernel dropped because the endpoint's receive buffer was "
+                        "full (the process did not keep up; a NIC's RX overflow)"),
+]
+
+
+@dataclass
+class EndpointStats:
+    """Endpoint-wide counters; :data:`STATS_COLUMNS` says what each counts."""
+
+    frames_rx: int = 0
+    frames_tx: int = 0
+    malformed: int = 0
+    bad_icrc: int = 0
+    unknown_qp: int = 0
+    not_roce: int = 0
+    rx_rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
+    pfc_rx: int = 0
+    pfc_tx: int = 0
+    cnps_sent: int = 0
+    cnps_received: int = 0
+    rx_dropped: int = 0
+    send_errors: int = 0
+    rx_socket_drops: int = 0
+
+
+class Telemetry:
+    """Part of :class:`traffic.endpoint.Endpoint`: its CSV files, samples and snapshots. Uses the
+    endpoint's ``cfg``, ``stats``, ``qps``, ``now()``, ``paused_until``, ``paused_seconds()`` and
+    ``_count_socket_drops()``."""
+
+    cfg: EndpointConfig
+    stats: EndpointStats
+    qps: dict[int, QpState]
+    paused_until: list[float]
+    fault: dict
+
+    def _open_telemetry(self) -> None:
+        self._next_sample = 0.0
+        cfg = self.cfg
+        cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        self._qp_csv = open(cfg.out_dir / "qp_timeseries.csv", "w", newline="")  # noqa: SIM115
+        self._qp_w = csv.writer(self._qp_csv)
+        self._qp_w.writerow([c for c, _ in QP_COLUMNS])
+        self._msg_csv = open(cfg.out_dir / "messages.csv", "w", newline="")  # noqa: SIM115
+        self._msg_w = csv.writer(self._msg_csv)
+        self._msg_w.writerow([c for c, _ in MESSAGE_COLUMNS])
+
+    def _close_telemetry(self) -> None:
+        self._qp_csv.close()
+        self._msg_csv.close()
+
+    def _log_completions(self, st: QpState) -> None:
+        req = st.requester
+        assert req is not None
+        while req.completed:
+            m = req.completed.pop(0)
+            self._msg_w.writerow([st.qpn, m.msg_id, m.kind, m.size, f"{m.posted_at:.6f}",
+                                  f"{m.completed_at:.6f}", f"{m.completed_at - m.posted_at:.6f}"])
+
+    def sample(self, now: float | None = None, force: bool = False) -> None:
+        """One row per QP into qp_timeseries.csv, if a sample period has passed (or ``force``)."""
+        if now is None:
+            now = self.now()
+        if not force and now < self._next_sample:
+            return
+        dt = self.cfg.sample_period_s
+        self._next_sample = now + dt
+        self._count_socket_drops()
+        for st in self.qps.values():
+            if st.requester:
+                s = st.requester.stats
+                total, sent, retx, naks, tmo = (s.bytes_acked, s.packets_sent, s.retransmitted,
+                                                s.naks, s.timeouts)
+            else:
+                s = st.responder.stats
+                total, sent, retx, naks, tmo = s.bytes, 0, 0, s.naks_sent, 0
+            good = (total - st._last_bytes) * 8 / dt
+            st._last_bytes = total
+            rp = st.rp
+            self._qp_w.writerow([
+                f"{now:.4f}", st.qpn, st.role, st.tc,
+                f"{st.rate_bps:.0f}" if rp or st.rate_cap_bps else "",
+                f"{rp.rt:.0f}" if rp else "", f"{rp.alpha:.5f}" if rp else "",
+                f"{good:.0f}", total, sent, retx, naks, tmo, st.cnps_received, st.cnps_sent,
+                st.responder.stats.ce_marked if st.responder else 0,
+                f"{self.paused_seconds(st.tc, now):.4f}"])
+        self._qp_csv.flush()
+        self._msg_csv.flush()
+
+    def snapshot(self) -> dict:
+        now = self.now()
+        self._count_socket_drops()
+        qps = {}
+        for st in self.qps.values():
+            d: dict = {"role": st.role, "tc": st.tc, "sport": st.sport, "peer_qpn": st.peer_qpn}
+            if st.requester:
+                d.update(asdict(st.requester.stats),
+                         idle=st.requester.idle and st.post_until <= now,
+                         rate_bps=st.rate_bps, cnps_received=st.cnps_received)
+                if st.rp:
+                    d.update(target_bps=st.rp.rt, alpha=st.rp.alpha)
+            else:
+                d.update(asdict(st.responder.stats), cnps_sent=st.cnps_sent,
+                         epsn=st.responder.epsn)
+            qps[str(st.qpn)] = d
+        return {"t_s": now, "stats": asdict(self.stats), "qps": qps, "fault": self.fault,
+                "paused": [self.paused_until[c] > now for c in range(NUM_TCS)],
+                "paused_s": [self.paused_seconds(c, now) for c in range(NUM_TCS)]}
