@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -40,10 +39,6 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _sigterm_as_interrupt(_signo, _frame):
-    raise KeyboardInterrupt
-
-
 def _print_fidelity(section: dict | None) -> None:
     """The fidelity guard's verdict after the results (testbed.fidelity): red when a run was
     not a faithful emulation, with every reason."""
@@ -75,6 +70,24 @@ def _config_or_exit(config: Path | None, **shape) -> FabricConfig:
         raise  # unreachable: _fail exits
 
 
+def _run_exec(fabric, lines: list[str]) -> int:
+    """Run each 'NODE COMMAND' of --exec on its node; the first non-zero exit status, or 0."""
+    status = 0
+    for line in lines:
+        node_name, _, command = line.partition(" ")
+        try:
+            node = fabric.host(node_name)
+        except KeyError:
+            _fail(f"--exec: no node named {node_name!r}")
+        out = node.cmd(f"{command} ; echo __rc=$?")
+        body, _, rc = out.rpartition("__rc=")
+        sys.stdout.write(body)
+        rc_val = int(rc.strip() or 1)
+        _say(f"{node_name}$ {command} -> exit {rc_val}")
+        status = status or rc_val
+    return status
+
+
 @app.command()
 def up(
     config: Annotated[Path | None, typer.Argument(help="Fabric YAML file.")] = None,
@@ -102,17 +115,19 @@ def up(
 
     from testbed.bmv2 import SwitchStartError
     from testbed.control import ControlPlaneError
-    from testbed.network import Fabric, FabricError
-    from testbed.state import RunState
+    from testbed.fabric import Fabric
+    from testbed.network import FabricError
+    from testbed.run import Run, already_running, interrupt_on_sigterm
     from testbed.topology import build_topology
 
-    if RunState(cfg.name).path.exists():
+    if already_running(cfg.name):
         _fail(f"a fabric named {cfg.name!r} is already recorded as running; stop it with "
               "`sudo testbed down` (or give this one another name)")
     topo = build_topology(cfg)
-    run_dir = results / f"{cfg.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    fabric = Fabric(cfg, topo, run_dir, progress=_progress)
+    run_ctx = Run.named(cfg, topo, results, progress=_progress)
+    run_dir = run_ctx.results_dir
+    interrupt_on_sigterm()
+    fabric = Fabric(cfg, topo, run_dir, run=run_ctx)
     status = 0
     t0 = time.monotonic()
     try:
@@ -132,18 +147,8 @@ def up(
             loss = 100.0 * (sent - ok) / sent if sent else 0.0
             console.print(f"pingall: {ok}/{sent} answered ({loss:.0f}% loss)")
             status = 0 if ok == sent else 1
-        for line in exec_ or []:
-            node_name, _, command = line.partition(" ")
-            try:
-                node = fabric.host(node_name)
-            except KeyError:
-                _fail(f"--exec: no node named {node_name!r}")
-            out = node.cmd(f"{command} ; echo __rc=$?")
-            body, _, rc = out.rpartition("__rc=")
-            sys.stdout.write(body)
-            rc_val = int(rc.strip() or 1)
-            _say(f"{node_name}$ {command} -> exit {rc_val}")
-            status = status or rc_val
+        rc = _run_exec(fabric, exec_ or [])
+        status = status or rc
         if not pingall and not exec_:
             from testbed.mncli import TestbedCLI
 
@@ -154,11 +159,9 @@ def up(
         status = 130
     finally:
         fabric.stop()
-        summary = run_dir / "telemetry" / "summary.json"
-        if summary.exists():
-            import json
-
-            _print_fidelity(json.loads(summary.read_text()).get("fidelity"))
+        summary = run_ctx.telemetry_summary()
+        if summary is not None:
+            _print_fidelity(summary.get("fidelity"))
     raise typer.Exit(status)
 
 
@@ -197,7 +200,9 @@ def run(
         _fail(exc.render())
     if os.geteuid() != 0:
         _fail("the testbed needs root for namespaces and veths: run it with sudo")
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    from testbed.run import interrupt_on_sigterm
+
+    interrupt_on_sigterm()
     from testbed.bmv2 import SwitchStartError
     from testbed.control import ControlPlaneError
     from testbed.network import FabricError

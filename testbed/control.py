@@ -23,7 +23,7 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from testbed.config import HASH_FIELDS, FabricConfig
 from testbed.qos import quantum_us, queue_profiles
-from testbed.topology import Route, Switch, Topology, compute_routes
+from testbed.topology import Route, Switch, Topology, compute_routes, link_ends
 
 AGENT_PORT = 500  # the switch agent's own port (p4/headers.p4)
 PFC_MCAST_GROUP = 1
@@ -402,3 +402,40 @@ def program_fabric(
             s.close()
         raise ControlPlaneError("; ".join(sorted(errors)))
     return sessions
+
+
+class Rerouter:
+    """The control plane's answer to links between switches that fail or come back.
+
+    It keeps the set of failed link ends and, on each change, gives every switch the routes
+    the fabric converges to without them (see compute_routes), through the switches' sessions.
+    Its entries come from a builder of its own, made from the P4Info on first use.
+    """
+
+    def __init__(self, topo: Topology, p4info: Path = P4INFO_PATH,
+                 builder: EntryBuilder | None = None) -> None:
+        self.topo = topo
+        self.p4info = p4info
+        self._builder = builder
+        self.down_links: set[tuple[str, int]] = set()  # (switch, port) ends of failed links
+
+    @property
+    def builder(self) -> EntryBuilder:
+        if self._builder is None:
+            self._builder = EntryBuilder(load_p4info(self.p4info))
+        return self._builder
+
+    def set_link(self, sessions: dict[str, SwitchSession], a: str, b: str, up: bool,
+                 index: int | None = None) -> list[str]:
+        """Links between switches ``a`` and ``b`` fail or come back (all parallel links of the
+        pair, or the ``index``-th, 1-based): every switch's routing converges to the fabric
+        without the failed links. Returns the switches whose routes changed."""
+        ends = link_ends(self.topo, a, b, index)
+        self.down_links = (self.down_links - ends) if up else (self.down_links | ends)
+        changed = []
+        for sw in self.topo.switches:
+            routing = routing_entries(self.builder, compute_routes(self.topo, sw,
+                                                                   frozenset(self.down_links)))
+            if sessions[sw.name].reroute(routing):
+                changed.append(sw.name)
+        return changed
