@@ -49,8 +49,8 @@ class Timings:
 class Fabric:
     """A running fabric. Use as a context manager, or call start() and stop().
 
-    ``run``: the run this fabric belongs to (testbed.run.Run); by default a run whose results
-    go to ``results_dir``.
+    ``run``: the run this fabric belongs to (testbed.run.Run), whose folder must be
+    ``results_dir`` and whose progress callback is used; by default a new run in that folder.
     """
 
     def __init__(self, cfg: FabricConfig, topo: Topology, results_dir: Path,
@@ -59,6 +59,8 @@ class Fabric:
         self.cfg = cfg
         self.topo = topo
         self.with_agents = with_agents
+        if run is not None and run.results_dir != results_dir:
+            raise ValueError(f"the run's folder is {run.results_dir}, not {results_dir}")
         self.run = run or Run(cfg, topo, results_dir, progress)
         self.progress = self.run.progress
         r = self.run
