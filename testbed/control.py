@@ -409,21 +409,14 @@ class Rerouter:
 
     It keeps the set of failed link ends and, on each change, gives every switch the routes
     the fabric converges to without them (see compute_routes), through the switches' sessions.
-    Its entries come from a builder of its own, made from the P4Info on first use.
+    Its entries come from a builder of its own, made from the P4Info.
     """
 
     def __init__(self, topo: Topology, p4info: Path = P4INFO_PATH,
                  builder: EntryBuilder | None = None) -> None:
         self.topo = topo
-        self.p4info = p4info
-        self._builder = builder
+        self.builder = builder if builder is not None else EntryBuilder(load_p4info(p4info))
         self.down_links: set[tuple[str, int]] = set()  # (switch, port) ends of failed links
-
-    @property
-    def builder(self) -> EntryBuilder:
-        if self._builder is None:
-            self._builder = EntryBuilder(load_p4info(self.p4info))
-        return self._builder
 
     def set_link(self, sessions: dict[str, SwitchSession], a: str, b: str, up: bool,
                  index: int | None = None) -> list[str]:

@@ -65,7 +65,7 @@ class Fabric:
         self.progress = self.run.progress
         r = self.run
         self.network = Network(cfg, topo, r.runtime_dir, r.results_dir, r.state)
-        self.rerouter = Rerouter(topo)
+        self.rerouter: Rerouter | None = None  # made as the switches are programmed
         self.agent_pool = AgentPool(cfg, topo, r.runtime_dir, r.results_dir, r.state, r.t0)
         self.endpoint_pool = EndpointPool(cfg, topo, r.runtime_dir, r.results_dir, r.state, r.t0)
         self.sessions: dict[str, SwitchSession] = {}
@@ -101,7 +101,8 @@ class Fabric:
 
     @property
     def down_links(self) -> set[tuple[str, int]]:
-        return self.rerouter.down_links
+        """(switch, port) ends of the links that are down."""
+        return self.rerouter.down_links if self.rerouter is not None else set()
 
     @property
     def hidden_loss(self) -> int | None:
@@ -130,6 +131,7 @@ class Fabric:
             t = self.timings.mark("switches_ready", t)
             self.progress("programming switches over P4Runtime")
             self.sessions = program_fabric(self.topo, self.cfg, self.network.grpc_addrs())
+            self.rerouter = Rerouter(self.topo)
             t = self.timings.mark("programmed", t)
             if self.with_agents:
                 self.progress("starting switch agents")
@@ -196,6 +198,7 @@ class Fabric:
         failed links (testbed.control.Rerouter). The veths stay up, since taking a veth down
         under BMv2 stops the switch receiving on every port. Returns the switches whose routes
         changed."""
+        assert self.rerouter is not None, "the fabric is not started"
         return self.rerouter.set_link(self.sessions, a, b, up, index)
 
     # -- what the config makes of this fabric -------------------------------------------
