@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from testbed.config import FabricConfig
-from testbed.network import Fabric
+from testbed.fabric import Fabric
 from testbed.topology import build_topology
 
 SHAPES = [(2, 2, 2), (2, 4, 2), (4, 8, 2)]

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from testbed.analysis import pause_reactions_us  # noqa: E402
 from testbed.config import FabricConfig  # noqa: E402
 from testbed.control import P4_DIR, build_switch_program  # noqa: E402
-from testbed.network import Fabric  # noqa: E402
+from testbed.fabric import Fabric  # noqa: E402
 from testbed.topology import NextHop, Port, Route, Switch, build_topology  # noqa: E402
 from tests.dataplane import bmv2_harness  # noqa: E402
 from traffic.flows import FlowRunner, FlowSpec  # noqa: E402
@@ -108,7 +108,7 @@ def fabric_measures(seconds: float = 5.0) -> dict:
                                        "qos": {"ecn": {}}})
     topo = build_topology(cfg)
     with tempfile.TemporaryDirectory() as tmp, Fabric(cfg, topo, Path(tmp)) as fabric:
-        agents = [psutil.Process(p.pid) for p in fabric._agent_procs]
+        agents = [psutil.Process(p.pid) for p in fabric.agent_pool.procs]
 
         def cpu(window: float) -> float:
             c0 = sum(a.cpu_times().user + a.cpu_times().system for a in agents)

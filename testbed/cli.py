@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -38,10 +37,6 @@ def _progress(msg: str) -> None:
 def _fail(msg: str, code: int = 2) -> None:
     _say(("error:", "red"), " ", msg)
     raise typer.Exit(code)
-
-
-def _sigterm_as_interrupt(_signo, _frame):
-    raise KeyboardInterrupt
 
 
 def _print_fidelity(section: dict | None) -> None:
@@ -102,17 +97,19 @@ def up(
 
     from testbed.bmv2 import SwitchStartError
     from testbed.control import ControlPlaneError
-    from testbed.network import Fabric, FabricError
-    from testbed.state import RunState
+    from testbed.fabric import Fabric
+    from testbed.network import FabricError
+    from testbed.run import Run, already_running, interrupt_on_sigterm
     from testbed.topology import build_topology
 
-    if RunState(cfg.name).path.exists():
+    if already_running(cfg.name):
         _fail(f"a fabric named {cfg.name!r} is already recorded as running; stop it with "
               "`sudo testbed down` (or give this one another name)")
     topo = build_topology(cfg)
-    run_dir = results / f"{cfg.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    fabric = Fabric(cfg, topo, run_dir, progress=_progress)
+    run_ctx = Run.named(cfg, topo, results, progress=_progress)
+    run_dir = run_ctx.results_dir
+    interrupt_on_sigterm()
+    fabric = Fabric(cfg, topo, run_dir, run=run_ctx)
     status = 0
     t0 = time.monotonic()
     try:
@@ -143,11 +140,9 @@ def up(
         status = 130
     finally:
         fabric.stop()
-        summary = run_dir / "telemetry" / "summary.json"
-        if summary.exists():
-            import json
-
-            _print_fidelity(json.loads(summary.read_text()).get("fidelity"))
+        summary = run_ctx.telemetry_summary()
+        if summary is not None:
+            _print_fidelity(summary.get("fidelity"))
     raise typer.Exit(status)
 
 
@@ -204,7 +199,9 @@ def run(
         _fail(exc.render())
     if os.geteuid() != 0:
         _fail("the testbed needs root for namespaces and veths: run it with sudo")
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    from testbed.run import interrupt_on_sigterm
+
+    interrupt_on_sigterm()
     from testbed.bmv2 import SwitchStartError
     from testbed.control import ControlPlaneError
     from testbed.network import FabricError

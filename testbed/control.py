@@ -25,7 +25,7 @@ from testbed.config import HASH_FIELDS, FabricConfig
 from testbed.constants import AGENT_PORT as AGENT_PORT  # re-exported: testbed.network's
 from testbed.constants import PFC_MCAST_GROUP
 from testbed.qos import quantum_us, queue_profiles
-from testbed.topology import Route, Switch, Topology, compute_routes
+from testbed.topology import Route, Switch, Topology, compute_routes, link_ends
 
 P4_DIR = Path(__file__).resolve().parent.parent / "p4"
 P4INFO_PATH = P4_DIR / "compiled" / "roce_switch.p4info.txtpb"
@@ -401,3 +401,33 @@ def program_fabric(
             s.close()
         raise ControlPlaneError("; ".join(sorted(errors)))
     return sessions
+
+
+class Rerouter:
+    """The control plane's answer to links between switches that fail or come back.
+
+    It keeps the set of failed link ends and, on each change, gives every switch the routes
+    the fabric converges to without them (see compute_routes), through the switches' sessions.
+    Its entries come from a builder of its own, made from the P4Info.
+    """
+
+    def __init__(self, topo: Topology, p4info: Path = P4INFO_PATH,
+                 builder: EntryBuilder | None = None) -> None:
+        self.topo = topo
+        self.builder = builder if builder is not None else EntryBuilder(load_p4info(p4info))
+        self.down_links: set[tuple[str, int]] = set()  # (switch, port) ends of failed links
+
+    def set_link(self, sessions: dict[str, SwitchSession], a: str, b: str, up: bool,
+                 index: int | None = None) -> list[str]:
+        """Links between switches ``a`` and ``b`` fail or come back (all parallel links of the
+        pair, or the ``index``-th, 1-based): every switch's routing converges to the fabric
+        without the failed links. Returns the switches whose routes changed."""
+        ends = link_ends(self.topo, a, b, index)
+        self.down_links = (self.down_links - ends) if up else (self.down_links | ends)
+        changed = []
+        for sw in self.topo.switches:
+            routing = routing_entries(self.builder, compute_routes(self.topo, sw,
+                                                                   frozenset(self.down_links)))
+            if sessions[sw.name].reroute(routing):
+                changed.append(sw.name)
+        return changed

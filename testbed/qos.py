@@ -3,7 +3,8 @@
 Every number the data plane, the kernel port and the hosts need (buffer, XOFF, XON, headroom,
 ECN profile as fixed-point, pause time of the quanta, frame sizes and the RoCE path MTU, the
 hosts' DSCPs) comes from here, so the P4 tables, the qdiscs, the endpoints and the docs agree.
-:func:`check_qos` names each threshold that cannot work on the fabric's links.
+:func:`check_qos` names each threshold that cannot work on the fabric's links;
+:func:`port_specs` gives a switch's ports in the kernel (rate, class buffers, DSCP map).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 
 from testbed.config import FabricConfig, FabricShape, QosConfig
 from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS
-from testbed.ports import MIN_BURST_BYTES
+from testbed.ports import MIN_BURST_BYTES, PortSpec
+from testbed.topology import Topology, intf_name
 
 #: The interface MTU of a config that does not name one: FabricShape's default, one definition.
 DEFAULT_MTU: int = FabricShape.model_fields["mtu"].default
@@ -164,3 +166,31 @@ def endpoint_args(cfg: FabricConfig) -> list[str]:
     table = ",".join(f"{tc}={dscp}" for tc, dscp in sorted(q.tc_to_dscp().items()))
     return ["--mtu", str(roce_mtu(cfg.fabric.mtu)), "--tc-dscp", table,
             "--cnp-dscp", str(q.cnp_dscp), "--cnp-tc", str(q.cnp_tc)]
+
+
+# -- a fabric's switch ports ------------------------------------------------------------------
+
+def switch_queue_profiles(cfg: FabricConfig, topo: Topology, switch: str,
+                          rate_mbps: float) -> dict[int, QueueProfile]:
+    """A port's eight queue profiles on this switch: every other port may feed it."""
+    fan_in = max(len(topo.switch(switch).ports) - 1, 1)
+    return queue_profiles(cfg.qos, rate_mbps, fan_in=fan_in, mtu=topo.mtu)
+
+
+def port_specs(cfg: FabricConfig, topo: Topology, switch: str) -> list[PortSpec]:
+    """Each port of the switch in the kernel: its rate, the class buffers, the DSCP map."""
+    q = cfg.qos
+    return [PortSpec(intf_name(switch, p.number), p.rate_mbps,
+                     tuple(prof.kernel_limit for prof in
+                           switch_queue_profiles(cfg, topo, switch, p.rate_mbps).values()),
+                     tuple(q.dscp_to_tc_map.items()), q.default_tc, max_frame_bytes(topo.mtu))
+            for p in topo.switch(switch).ports.values()]
+
+
+def lossless_buffers(cfg: FabricConfig, topo: Topology) -> dict[tuple[str, int, int], int]:
+    """(switch, port, class) -> the configured buffer of every lossless queue (what a real
+    switch with this headroom holds; the kernel limit adds the emulation's slack)."""
+    return {(sw.name, p.number, tc): prof.buffer_bytes for sw in topo.switches
+            for p in sw.ports.values()
+            for tc, prof in switch_queue_profiles(cfg, topo, sw.name, p.rate_mbps).items()
+            if prof.pfc}

@@ -35,7 +35,6 @@ import json
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -268,16 +267,18 @@ class CounterSampler(threading.Thread):
 
 
 def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
+    from testbed.fabric import Fabric
     from testbed.measure import fabric_counters, hidden_loss, kernel_drops
-    from testbed.network import Fabric
+    from testbed.run import Run
 
-    run_dir = results_root / f"{sc.cfg.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run = Run.named(sc.cfg, sc.topo, results_root, progress)
+    run_dir = run.results_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scenario.json").write_text(json.dumps(
         {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
         indent=2))
     res = RunResult(run_dir)
-    fabric = Fabric(sc.cfg, sc.topo, run_dir, progress=progress)
+    fabric = Fabric(sc.cfg, sc.topo, run_dir, run=run)
     timeline: list[dict] = []
     sampler = None
     stopped_at: float | None = None
@@ -323,9 +324,9 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
             sampler.stop_event.set()
             sampler.join(timeout=5)
         fabric.stop()
-        tel = run_dir / "telemetry" / "summary.json"
-        if tel.exists():  # the fidelity guard's verdict, written as the fabric stopped
-            res.summary["fidelity"] = json.loads(tel.read_text()).get("fidelity")
+        tel = run.telemetry_summary()
+        if tel is not None:  # the fidelity guard's verdict, written as the fabric stopped
+            res.summary["fidelity"] = tel.get("fidelity")
         res.summary.setdefault("timeline", timeline)
         res.summary["watchdog_events"] = _watchdog_events(run_dir)
         if stopped_at is not None:

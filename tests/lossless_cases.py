@@ -87,7 +87,7 @@ def run_case(case: IncastCase, tmp: Path, timeout_s: float = 120) -> dict:
     the receiver's QPs, the switches' kernel queues and P4 counters, the fidelity verdict."""
     import json
 
-    from testbed.network import Fabric
+    from testbed.fabric import Fabric
 
     cfg = case.config()
     topo = build_topology(cfg)

@@ -19,10 +19,10 @@ from testbed.measure import peer_ports
 from testbed.state import RUNTIME_DIR
 from testbed.topology import build_topology
 
-# Collected without Mininet too, and skipped by name: testbed.network imports it.
+# Collected without Mininet too, and skipped by name: testbed.fabric imports it.
 pytest.importorskip("mininet.net", reason="needs Mininet: apt install mininet, venv with "
                                           "--system-site-packages")
-from testbed.network import Fabric  # noqa: E402
+from testbed.fabric import Fabric  # noqa: E402
 
 pytestmark = pytest.mark.bmv2
 TESTBED = [sys.executable, "-m", "testbed.cli"]

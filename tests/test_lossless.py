@@ -18,10 +18,10 @@ from testbed.results import EventRow, read_events, run_telemetry
 from testbed.topology import build_topology
 from traffic.flows import FlowRunner, FlowSpec
 
-# Collected without Mininet too, and skipped by name: testbed.network imports it.
+# Collected without Mininet too, and skipped by name: testbed.fabric imports it.
 pytest.importorskip("mininet.net", reason="needs Mininet: apt install mininet, venv with "
                                           "--system-site-packages")
-from testbed.network import Fabric  # noqa: E402
+from testbed.fabric import Fabric  # noqa: E402
 
 pytestmark = pytest.mark.bmv2
 

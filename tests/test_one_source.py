@@ -17,6 +17,7 @@ from testbed.qos import (
     endpoint_args,
     gate_leak_bytes,
     max_frame_bytes,
+    port_specs,
     queue_profiles,
     required_headroom,
     roce_frame_bytes,
@@ -94,9 +95,8 @@ def test_a_remapped_class_is_sent_with_its_dscp_and_cnps_with_theirs(monkeypatch
 
 
 def test_fabric_starts_each_endpoint_with_the_fabric_settings(tmp_path: Path) -> None:
-    """The command line Fabric.start_endpoints builds, read by the endpoint's own parser."""
-    pytest.importorskip("mininet.net", reason="needs Mininet (testbed.network imports it)")
-    from testbed.network import Fabric
+    """The command line the endpoint pool builds, read by the endpoint's own parser."""
+    from testbed.endpoints import EndpointPool
 
     cfg = parse_config({"fabric": {"spines": 1, "leaves": 2, "hosts_per_leaf": 1, "mtu": 1500},
                         "qos": {"dscp_to_tc_map": {24: 3, 48: 6}}})
@@ -113,13 +113,11 @@ def test_fabric_starts_each_endpoint_with_the_fabric_settings(tmp_path: Path) ->
         listeners.append(s)
         return SimpleNamespace(pid=0)
 
-    fake = SimpleNamespace(
-        cfg=cfg, topo=build_topology(cfg), results_dir=tmp_path, t0=0.0, endpoints={},
-        _endpoint_procs=[], endpoint_socket=lambda h: run / f"{h}.ep",
-        net=SimpleNamespace(get=lambda _name: SimpleNamespace(popen=popen)),
-        state=SimpleNamespace(add_process=lambda *_: None, files=[], save=lambda: None))
+    state = SimpleNamespace(add_process=lambda *_: None, files=[], save=lambda: None)
+    pool = EndpointPool(cfg, build_topology(cfg), run, tmp_path, state, t0=0.0)
+    net = SimpleNamespace(get=lambda _name: SimpleNamespace(popen=popen))
     try:
-        clients = Fabric.start_endpoints(fake, ["--no-dcqcn"])
+        clients = pool.start(net, ["--no-dcqcn"])
         for c in clients.values():
             c.close()
     finally:
@@ -179,12 +177,7 @@ def test_switch_and_kernel_thresholds_use_the_fabric_mtu() -> None:
     assert xoffs == {queue_profiles(cfg.qos, 10.0, mtu=1500)[3].xoff}
     assert xoffs != {queue_profiles(cfg.qos, 10.0)[3].xoff}
 
-    pytest.importorskip("mininet.net", reason="needs Mininet (testbed.network imports it)")
-    from testbed.network import Fabric
-
-    fabric = SimpleNamespace(cfg=cfg, topo=topo)
-    fabric.queue_profiles = lambda sw, rate: Fabric.queue_profiles(fabric, sw, rate)
-    specs = Fabric.port_specs(fabric, "leaf1")
+    specs = port_specs(cfg, topo, "leaf1")
     assert {s.max_frame for s in specs} == {1514}
     # the kernel holds the lossless buffer plus the emulation's slack (2 ports: fan-in 1)
     lossless = queue_profiles(cfg.qos, 10.0, fan_in=1, mtu=1500)[3].kernel_limit

@@ -168,21 +168,22 @@ def test_one_parallel_link_fails_alone() -> None:
         link_ends(t, "spine1", "leaf1", 3)
 
 
-def test_fabric_set_link_fails_just_that_link() -> None:
-    pytest.importorskip("mininet.net", reason="needs Mininet (testbed.network imports it)")
+def test_rerouter_fails_just_that_link() -> None:
     from types import SimpleNamespace
 
-    from testbed.network import Fabric
+    from testbed.control import Rerouter
 
     class AnyBuilder:
         def __getattr__(self, name: str):
             return lambda *a, **k: (name, a, k)
 
     t = topo_of(spines=2, leaves=2, hosts_per_leaf=1, parallel_links=2)
-    sessions = {s.name: SimpleNamespace(builder=AnyBuilder(), reroute=lambda _routing: True)
+    told: list[str] = []
+    sessions = {s.name: SimpleNamespace(reroute=lambda _routing, n=s.name: told.append(n) or True)
                 for s in t.switches}
-    fake = SimpleNamespace(topo=t, down_links=set(), sessions=sessions)
-    Fabric.set_link(fake, "spine1", "leaf1", False, 2)
-    assert fake.down_links == link_ends(t, "spine1", "leaf1", 2)
-    Fabric.set_link(fake, "spine1", "leaf1", True)
-    assert fake.down_links == set()
+    rr = Rerouter(t, builder=AnyBuilder())  # its own builder: none is borrowed from a session
+    assert rr.set_link(sessions, "spine1", "leaf1", False, 2) == [s.name for s in t.switches]
+    assert rr.down_links == link_ends(t, "spine1", "leaf1", 2)
+    rr.set_link(sessions, "spine1", "leaf1", True)
+    assert rr.down_links == set()
+    assert told == [s.name for s in t.switches] * 2

@@ -1,0 +1,98 @@
+"""The switch agents of a fabric: one `python -m testbed.agent` per switch, in its namespace.
+
+:class:`AgentPool` writes each agent's config file (its ports, their class buffers, the tick
+port, the watchdog), starts the agents, waits until each has opened its sockets and its
+event log, and stops them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.agent import AgentPort, agent_config
+from testbed.config import FabricConfig
+from testbed.network import FabricError, tick_intfs
+from testbed.qos import max_frame_bytes, port_specs
+from testbed.state import RunState
+from testbed.topology import Topology, intf_name
+
+#: How long the agents together may take to become ready.
+READY_TIMEOUT_S = 20
+
+
+class AgentPool:
+    """One switch agent per switch, started in the switch's namespace."""
+
+    def __init__(self, cfg: FabricConfig, topo: Topology, runtime_dir: Path, results_dir: Path,
+                 state: RunState, t0: float) -> None:
+        self.cfg = cfg
+        self.topo = topo
+        self.runtime_dir = runtime_dir
+        self.out = results_dir / "telemetry"
+        self.state = state
+        self.t0 = t0  # the run's clock: the agents' telemetry counts seconds from it
+        self.procs: list[subprocess.Popen] = []
+
+    def runtime_files(self, switch: str) -> list[str]:
+        """The files a switch's agent makes in the runtime folder."""
+        return [str(self.config_path(switch)), str(self.runtime_dir / f"{switch}.pfcwd.json")]
+
+    def config_path(self, switch: str) -> Path:
+        return self.runtime_dir / f"{switch}.agent.json"
+
+    def config(self, switch: str) -> dict:
+        """What the agent of ``switch`` is told (testbed.agent.AgentConfig, as a dict)."""
+        sw = self.topo.switch(switch)
+        a = self.cfg.agent
+        ports = [AgentPort(spec_port.number, intf_name(sw.name, spec_port.number),
+                           spec_port.rate_mbps, list(spec.buffers))
+                 for spec_port, spec in zip(sw.ports.values(),
+                                            port_specs(self.cfg, self.topo, sw.name), strict=True)]
+        return agent_config(sw.name, ports, self.cfg.qos, tick_intfs(sw.name)[1],
+                            a.tick_period_ms / 1000, a.sample_period_ms / 1000, self.out,
+                            max_frame_bytes(self.topo.mtu), a.pfc_watchdog,
+                            self.runtime_dir / f"{sw.name}.pfcwd.json",
+                            self.cfg.switch.thrift_port, self.t0, a.nice)
+
+    @property
+    def running(self) -> bool:
+        return bool(self.procs)
+
+    def start(self, net) -> None:
+        """Write each agent's config, start it in its switch's namespace (``net.get(switch)``
+        must have Mininet's ``popen``), then wait until every agent is ready."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        for sw in self.topo.switches:
+            path = self.config_path(sw.name)
+            path.write_text(json.dumps(self.config(sw.name)))
+            with open(self.out / f"{sw.name}.agent.log", "w") as log:
+                p = net.get(sw.name).popen([sys.executable, "-m", "testbed.agent", str(path)],
+                                           stdout=log, stderr=subprocess.STDOUT)
+            self.procs.append(p)
+            self.state.add_process(p.pid, str(path))
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """An agent is ready once it has opened its sockets and its event log."""
+        deadline = time.monotonic() + timeout
+        for sw, proc in zip(self.topo.switches, self.procs, strict=True):
+            while not (self.out / f"{sw.name}.events.csv").exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log = (self.out / f"{sw.name}.agent.log").read_text(errors="replace")[-2000:]
+                    raise FabricError(f"the agent of {sw.name} did not start:\n{log}")
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs = []

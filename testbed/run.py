@@ -1,0 +1,155 @@
+"""A run of a fabric: its results folder, its state record, its clock, and what is written into
+the folder as the run ends. `testbed up` and `testbed run` (and every test's fabric) alike.
+
+* naming: ``results/<name>-<YYYYmmdd-HHMMSS>`` (:meth:`Run.named`);
+* the state record (testbed.state) of what the run creates, so `testbed clean` can remove it;
+* SIGTERM as an interrupt (:func:`interrupt_on_sigterm`), so `testbed down` from another
+  terminal tears a run down the way Ctrl-C does;
+* finalising: the loss hidden in front of BMv2, read while the switches still run; the CPU
+  sampler; after the agents stop, ``telemetry/summary.json`` with the fidelity guard's verdict
+  (testbed.fidelity); and the state record cleaned last.
+
+The order of a fabric's tear-down, which interleaves these steps with stopping its parts, is
+testbed.fabric's.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from testbed.config import FabricConfig
+from testbed.fidelity import Budgets
+from testbed.qos import lossless_buffers, queue_profiles
+from testbed.state import RunState, clean_state, runtime_dir_for
+from testbed.topology import Topology
+
+Progress = Callable[[str], None]
+
+
+def _raise_interrupt(_signo, _frame):
+    raise KeyboardInterrupt
+
+
+def interrupt_on_sigterm() -> None:
+    """From now on SIGTERM raises KeyboardInterrupt in the main thread, as Ctrl-C does."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def already_running(name: str) -> bool:
+    """Whether a fabric of this name is recorded as running (its state record exists)."""
+    return RunState(name).path.exists()
+
+
+def results_dir_for(results_root: Path, name: str) -> Path:
+    """A new run's folder: ``<results_root>/<name>-<YYYYmmdd-HHMMSS>``."""
+    return results_root / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def fidelity_budgets(cfg: FabricConfig, topo: Topology) -> Budgets:
+    """What the fidelity guard allows on this fabric."""
+    q = cfg.qos
+    rates = {cfg.fabric.host_link_mbps, cfg.fabric.fabric_link_mbps}
+    headroom = min((queue_profiles(q, r, mtu=topo.mtu)[tc].headroom for r in rates
+                    for tc in q.pfc_enable),
+                   default=0)
+    return Budgets(headroom_bytes=headroom, reaction_us=int(q.pfc.reaction_ms * 1000),
+                   bmv2_lag_us=int(cfg.fidelity.bmv2_lag_ms * 1000),
+                   cpu_saturated_s=cfg.fidelity.cpu_saturated_s)
+
+
+class Run:
+    """One run's results folder, state record and clock, and its finalising steps."""
+
+    def __init__(self, cfg: FabricConfig, topo: Topology, results_dir: Path,
+                 progress: Progress | None = None) -> None:
+        self.cfg = cfg
+        self.topo = topo
+        self.results_dir = results_dir
+        self.runtime_dir = runtime_dir_for(cfg.name)
+        self.progress = progress or (lambda _msg: None)
+        self.state = RunState(cfg.name)
+        #: Origin of the run's clock: agents' telemetry and events, the scenario's timeline
+        #: and counter samples are all seconds since this instant.
+        self.t0 = time.monotonic()
+        #: Frames lost in front of BMv2 over the whole run, read as the fabric stops.
+        self.hidden_loss: int | None = None
+        self._cpu = None  # testbed.cpuload.CpuSampler while agents run
+
+    @classmethod
+    def named(cls, cfg: FabricConfig, topo: Topology, results_root: Path,
+              progress: Progress | None = None) -> Run:
+        """A run in a new folder under ``results_root``, named after the fabric and the time."""
+        return cls(cfg, topo, results_dir_for(results_root, cfg.name), progress)
+
+    # -- start ----------------------------------------------------------------------------
+    def open(self, files: list[str], interfaces: list[str]) -> None:
+        """Create the runtime and results folders, and record what the fabric will create."""
+        self.runtime_dir.mkdir(parents=True, exist_ok=True)
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.state.files = list(files)
+        self.state.interfaces = list(interfaces)
+        self.state.save()
+
+    def write_inputs(self) -> None:
+        """The resolved topology and config beside the results."""
+        (self.results_dir / "topology.json").write_text(self.topo.to_json())
+        (self.results_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+
+    def start_cpu_sampler(self) -> None:
+        from testbed.cpuload import CpuSampler
+
+        self._cpu = CpuSampler(self.results_dir / "telemetry" / "cpu.csv", self.t0)
+        self._cpu.start()
+
+    # -- end ------------------------------------------------------------------------------
+    def read_hidden_loss(self, fabric) -> None:
+        """Frames the switches' veths received that their P4 programs never saw, summed over
+        every port, while the switches still run. ``fabric``: what testbed.measure reads (its
+        topo, net and sessions)."""
+        if not fabric.sessions or fabric.net is None:
+            return
+        from testbed.measure import fabric_counters
+
+        try:
+            counters = fabric_counters(fabric)
+        except Exception as exc:  # a switch already gone: the figure stays unknown
+            self.progress(f"hidden loss not read: {exc}")
+            return
+        self.hidden_loss = sum(max(pc.hidden_loss, 0) for sc in counters.values()
+                               for pc in sc.ports.values() if pc.veth_rx_packets >= 0)
+
+    def stop_cpu_sampler(self) -> None:
+        if self._cpu is not None:
+            self._cpu.stop()
+            self._cpu = None
+
+    def write_telemetry_summary(self, host_loss: int | None) -> None:
+        """telemetry/summary.json beside the agents' CSVs, with the fidelity guard's verdict:
+        a failed run keeps it too. ``host_loss``: what the endpoints lost at their sockets."""
+        from testbed.analysis import fidelity_figures, telemetry_summary
+        from testbed.fidelity import assess
+
+        out = self.results_dir / "telemetry" / "summary.json"
+        try:
+            summary = telemetry_summary(self.results_dir)
+            figs = fidelity_figures(self.results_dir, list(self.cfg.qos.pfc_enable),
+                                    self.cfg.fidelity.cpu_busy_pct, self.hidden_loss,
+                                    lossless_buffers(self.cfg, self.topo), host_loss)
+            summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
+            out.write_text(json.dumps(summary, indent=2))
+        except (OSError, ValueError, KeyError) as exc:  # a half-written CSV of a killed agent
+            self.progress(f"telemetry summary not written: {exc}")
+
+    def close(self) -> None:
+        """Remove what the state record names (after Mininet: whatever it left behind)."""
+        clean_state(self.state)
+
+    def telemetry_summary(self) -> dict | None:
+        """telemetry/summary.json as written when the run ended (None if it was not)."""
+        path = self.results_dir / "telemetry" / "summary.json"
+        return json.loads(path.read_text()) if path.exists() else None
