@@ -15,11 +15,12 @@ the built topology, so that this module imports neither.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import Field, field_validator, model_validator
 
+from testbed.config_base import ConfigError as ConfigError  # re-exported: callers import it here
+from testbed.config_base import _refuse, _Strict
 from testbed.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_PORT_BITMAP_BITS
 
 #: Fields of the packet that ECMP may hash on. The UDP source port is the only per-QP entropy a
@@ -40,36 +41,6 @@ MAX_PORTS = 510
 MAX_PFC_PORTS = PFC_PORT_BITMAP_BITS - 1
 #: A watchdog port name: switch, colon, port number (e.g. leaf1:3).
 _SWITCH_PORT = re.compile(r"[a-z][a-z0-9]*:[0-9]+")
-
-
-class ConfigError(Exception):
-    """A configuration that cannot be used; ``problems`` holds one readable line per mistake."""
-
-    def __init__(self, problems: list[str], source: str = "config") -> None:
-        self.problems = problems
-        self.source = source
-        super().__init__(f"{source}: " + "; ".join(problems))
-
-    def render(self) -> str:
-        lines = [f"{self.source} has {len(self.problems)} problem(s):"]
-        lines += [f"  - {p}" for p in self.problems]
-        return "\n".join(lines)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-def _refuse(model: str, errors: list[tuple[tuple[str | int, ...], str, Any]]) -> None:
-    """Raise the problems a rule across fields found, each at the field it names.
-
-    A model validator's ValueError is reported at the model itself; a ValidationError raised
-    from it keeps its locations (relative to the model), so the message can name e.g.
-    ``qos.pfc_enable`` rather than ``qos``. ``errors`` holds (location, message, input)."""
-    raise ValidationError.from_exception_data(model, [
-        InitErrorDetails(type=PydanticCustomError("rule", "{msg}", {"msg": msg}), loc=loc,
-                         input=value)
-        for loc, msg, value in errors])
 
 
 class FabricShape(_Strict):

@@ -134,3 +134,14 @@ def test_no_import_cycles() -> None:
 def test_no_function_over_the_limit() -> None:
     found = long_functions(modules(), MAX_FUNCTION_LINES)
     assert not found, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(found)
+
+
+#: The issue's rule: no module over about 450 lines.
+MAX_MODULE_LINES = 460
+
+
+def test_no_module_over_the_limit() -> None:
+    found = sorted(f"{name} ({path.relative_to(REPO)}): {n} lines"
+                   for name, path in modules().items()
+                   if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES)
+    assert not found, f"modules over {MAX_MODULE_LINES} lines: " + "; ".join(found)
