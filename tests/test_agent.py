@@ -114,10 +114,14 @@ def test_pfc_pauses_the_class_for_its_quanta(agent_ns) -> None:
     assert gate_rate(ns, 0) == "1Gbit"  # other classes untouched
     t0 = time.monotonic()
     wait_for(lambda: gate_rate(ns, 3) == "1Gbit", timeout=3)
-    held = time.monotonic() - t0
-    assert held == pytest.approx(quanta * QUANTUM_S, abs=0.05)
+    seen_closed = time.monotonic() - t0
     ev = events(tmp)
     assert [e.event for e in ev] == ["pause", "expire"]
+    # the agent held the gate for the quanta: its own pause and expiry times say how long;
+    # from outside, the test sees the gate closed only once its `tc` poll gets to run, so it
+    # sees no more than that
+    assert ev[1].t_s - ev[0].t_s == pytest.approx(quanta * QUANTUM_S, abs=0.05)
+    assert seen_closed <= quanta * QUANTUM_S + 0.05
     # recorded; its distribution is benchmarks/lossless.py
     assert ev[0].reaction_us is not None and ev[0].reaction_us >= 0
 

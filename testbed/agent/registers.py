@@ -40,29 +40,29 @@ class P4Registers:
             self._client = Standard.Client(proto)
         return self._client
 
-    def queue_views(self, ports: Iterable[int], lossless: list[int]
+    def queue_views(self, queues: Iterable[tuple[int, int]]
                     ) -> tuple[dict[tuple[int, int], QueueView], int | None]:
-        """The P4 program's view at the last resync of each lossless (port, class) (the
+        """The P4 program's view at the last resync of each given lossless (port, class) (the
         maxima read and cleared) and BMv2's longest hold of a packet since the last call (read
         and cleared), over Thrift one cell at a time (the whole 4096-cell array costs 12 ms to
-        decode). Empty, and None, without Thrift."""
-        if not self.thrift_port or not lossless:
+        decode). Empty, and None, without Thrift. Each read also costs BMv2 a turn of its
+        Thrift thread, so the caller names only the queues that were busy."""
+        if not self.thrift_port:
             return {}, None
         try:
             bm = self._bm()
             out = {}
-            for n in ports:
-                for tc in lossless:
-                    cell = n * NUM_TCS + tc
-                    d = bm.bm_register_read(0, "drift", cell)
-                    held = bm.bm_register_read(0, "held", cell)
-                    below = bm.bm_register_read(0, "below_max", cell)
-                    if below:
-                        bm.bm_register_write(0, "below_max", cell, 0)
-                    peak = bm.bm_register_read(0, "occupancy_max", cell)
-                    if peak:
-                        bm.bm_register_write(0, "occupancy_max", cell, 0)
-                    out[n, tc] = (_signed(d), _signed(held), below, peak)
+            for n, tc in queues:
+                cell = n * NUM_TCS + tc
+                d = bm.bm_register_read(0, "drift", cell)
+                held = bm.bm_register_read(0, "held", cell)
+                below = bm.bm_register_read(0, "below_max", cell)
+                if below:
+                    bm.bm_register_write(0, "below_max", cell, 0)
+                peak = bm.bm_register_read(0, "occupancy_max", cell)
+                if peak:
+                    bm.bm_register_write(0, "occupancy_max", cell, 0)
+                out[n, tc] = (_signed(d), _signed(held), below, peak)
             lag = bm.bm_register_read(0, "bmv2_lag_max", 0)
             bm.bm_register_write(0, "bmv2_lag_max", 0, 0)
             return out, lag

@@ -54,6 +54,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.telemetry_log = telemetry_writer(cfg.out_dir, cfg.switch)
         self.event_log = events_writer(cfg.out_dir, cfg.switch)
         self.hot: set[tuple[int, int]] = set()  # lossless queues that held packets lately
+        self._sent_seen: dict[tuple[int, int], int] = {}  # sent packets at the last sample
         self.busy_until = 0.0
         self.p4 = P4Registers(cfg.thrift_port, cfg.switch)
 

@@ -88,11 +88,28 @@ class TelemetryMixin:
         self.hot.update((n, tc) for n in self.ports for tc, q in classes.items()
                         if q and tc in self.cfg.lossless)
 
+    def _busy_lossless(self, backlogs: dict[int, dict[int, ClassStats]]
+                       ) -> list[tuple[int, int]]:
+        """The lossless queues that held or sent packets since the last sample: an idle queue
+        had no resync, so its registers hold nothing new."""
+        busy = []
+        for n, per_tc in backlogs.items():
+            for tc in self.cfg.lossless:
+                st = per_tc.get(tc)
+                if st is None:
+                    continue
+                key = (n, tc)
+                if st.backlog_packets or self._sent_seen.get(key) != st.sent_packets \
+                        or key in self.hot:
+                    busy.append(key)
+                self._sent_seen[key] = st.sent_packets
+        return busy
+
     def sample(self) -> None:
         now = self.clock()
         t_s = self.now()
         backlogs = self._backlogs()
-        views, lag = self.p4.queue_views(self.ports, self.cfg.lossless)
+        views, lag = self.p4.queue_views(self._busy_lossless(backlogs))
         if now >= self.busy_until:
             self.tick(backlogs)  # the slow, at-rest check rides on the sample's dump
         for n, per_tc in backlogs.items():
