@@ -4,6 +4,7 @@ the switch's namespace (see the registers in p4/lossless.p4)."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterable
 
 from testbed.constants import NUM_TCS
@@ -85,3 +86,57 @@ class P4Registers:
         except Exception as exc:  # BMv2 gone: nothing left to tell
             self._client = None
             print(f"{self.switch}: pfc_ignored[{idx}] not written: {exc}", file=sys.stderr)
+
+
+class RegisterReader(threading.Thread):
+    """Reads the queue views on a thread of its own, with a Thrift connection of its own.
+
+    A Thrift read waits for BMv2's Thrift thread, which a busy switch serves late: done in the
+    agent's loop, a sample's reads held the loop (and so the PFC pauses it must apply) for up
+    to a quarter of a second on saturated cores. Here the loop asks for the reads of the busy
+    queues and takes what the previous request returned, one sample later."""
+
+    def __init__(self, thrift_port: int | None, switch: str) -> None:
+        super().__init__(daemon=True, name=f"registers:{switch}")
+        self.p4 = P4Registers(thrift_port, switch)
+        self._cond = threading.Condition()
+        self._want: list[tuple[int, int]] | None = None
+        self._result: tuple[dict[tuple[int, int], QueueView], int | None] = ({}, None)
+        self._stop = False
+
+    def ask(self, queues: Iterable[tuple[int, int]]) -> None:
+        with self._cond:
+            self._want = list(queues)
+            self._cond.notify()
+
+    def take(self) -> tuple[dict[tuple[int, int], QueueView], int | None]:
+        """The views the last completed read found (each handed out once)."""
+        with self._cond:
+            result, self._result = self._result, ({}, None)
+        return result
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while self._want is None and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                want, self._want = self._want, None
+            views, lag = self.p4.queue_views(want)
+            with self._cond:
+                prev, prev_lag = self._result
+                # a read not yet taken is merged: the latest drift and held, each maximum kept
+                for key, (d, held, below, peak) in views.items():
+                    if key in prev:
+                        _d, _h, pb, pp = prev[key]
+                        views[key] = (d, held, max(below, pb), max(peak, pp))
+                prev.update(views)
+                if prev_lag is not None and (lag is None or prev_lag > lag):
+                    lag = prev_lag
+                self._result = (prev, lag)

@@ -18,7 +18,7 @@ from pathlib import Path
 from testbed.agent.config import AgentConfig
 from testbed.agent.frames import pfc_socket, receive
 from testbed.agent.pause import PauseMixin, PortRuntime
-from testbed.agent.registers import P4Registers
+from testbed.agent.registers import P4Registers, RegisterReader
 from testbed.agent.telemetry import TelemetryMixin
 from testbed.agent.watchdog import WatchdogMixin
 from testbed.constants import NUM_TCS
@@ -56,7 +56,9 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.hot: set[tuple[int, int]] = set()  # lossless queues that held packets lately
         self._sent_seen: dict[tuple[int, int], int] = {}  # sent packets at the last sample
         self.busy_until = 0.0
-        self.p4 = P4Registers(cfg.thrift_port, cfg.switch)
+        self.p4 = P4Registers(cfg.thrift_port, cfg.switch)  # the watchdog's writes
+        self.registers = RegisterReader(cfg.thrift_port, cfg.switch)  # telemetry's reads
+        self.registers.start()
 
     def now(self) -> float:
         return self.clock() - self.t0
@@ -133,6 +135,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.sample()
+        self.registers.stop()
         for pr in self.ports.values():
             for tc in range(NUM_TCS):
                 if pr.pause[tc].until:

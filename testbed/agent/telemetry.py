@@ -18,7 +18,7 @@ from collections.abc import Callable
 from testbed.agent.config import AgentConfig
 from testbed.agent.frames import released_bytes, tick_frame
 from testbed.agent.pause import PortRuntime
-from testbed.agent.registers import P4Registers
+from testbed.agent.registers import RegisterReader
 from testbed.constants import NUM_TCS, TICK_TIMER_ONLY
 from testbed.ports import ClassStats
 from testbed.results import CsvWriter, TelemetryRow
@@ -36,7 +36,7 @@ class TelemetryMixin:
     now: Callable[[], float]
     ports: dict[int, PortRuntime]
     reader: QdiscReader
-    p4: P4Registers
+    registers: RegisterReader
     stats: dict[str, int]
     tick_sock: socket.socket
     telemetry_log: CsvWriter[TelemetryRow]
@@ -109,7 +109,8 @@ class TelemetryMixin:
         now = self.clock()
         t_s = self.now()
         backlogs = self._backlogs()
-        views, lag = self.p4.queue_views(self._busy_lossless(backlogs))
+        self.registers.ask(self._busy_lossless(backlogs))
+        views, lag = self.registers.take()
         if now >= self.busy_until:
             self.tick(backlogs)  # the slow, at-rest check rides on the sample's dump
         for n, per_tc in backlogs.items():
