@@ -2,7 +2,8 @@
 port (tc), the switch-side veths (what reached BMv2), and the P4 counters (over P4Runtime).
 
 Comparing the last two gives the loss BMv2 hides: frames the veth received that the P4 program
-never saw (see the design notes); a run that claims zero loss shows this figure too.
+never saw (BMv2 drops arrivals it cannot serve before its pipeline runs: behavioral-model's
+simple_switch input buffer); a run that claims zero loss shows this figure too.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from testbed.qos import port_specs
 from testbed.state import RunState
 from testbed.topology import Topology, intf_name
 
-#: Socket send buffer for BMv2 (see ARCHITECTURE.md: BMv2 sends for all ports from one thread on
+#: Socket send buffer for BMv2 (BMv2's simple_switch sends for all ports from one transmit thread on
 #: blocking sockets; packets held in a qdisc count against the buffer, and a full buffer stalls
 #: the whole switch). 16 MiB stays under net.core.wmem_max's usual ceiling once that is raised.
 SWITCH_WMEM_BYTES = 16 * 1024 * 1024

@@ -1,7 +1,8 @@
 """The switch egress port in the kernel: link rate, eight strict-priority classes, a buffer per
 class, and a gate per class that PFC closes and opens.
 
-BMv2 cannot pause a queue (see the design notes), so the port is built on the switch's veth:
+BMv2 cannot pause a queue (behavioral-model's QueueingLogicPriRL stamps each packet's departure
+when it is enqueued), so the port is built on the switch's veth:
 
     root htb 1:  -- class 1:1 at the link rate
                      |-- class 1:1<c> (c = 0..7), prio 7-c, borrowing up to the link rate

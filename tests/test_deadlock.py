@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 RUNS = 5
 #: Scheduling slack on this 2-core machine, on top of SONiC's detection bound.
 SLACK_S = 0.05
-#: The four buffers of the design notes' cycle, as (switch, toward): each is the egress queue
+#: The four buffers of the scenario's cycle, as (switch, toward): each is the egress queue
 #: that holds what the next switch on the cycle will not take.
 CYCLE = [("leaf1", "spine1"), ("spine1", "leaf2"), ("leaf2", "spine2"), ("spine2", "leaf1")]
 

@@ -42,7 +42,7 @@ _MAC_CONTROL_HI, _MAC_CONTROL_LO = ETH_P_MAC_CONTROL.to_bytes(2, "big")
 #: a pause time per class.
 PFC_BODY = struct.Struct(f"!HH{NUM_TCS}H")
 
-# RC opcodes (IBTA 9.2 / REFERENCE.md)
+# RC opcodes (InfiniBand Architecture Specification, 9.2)
 SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY = 0x00, 0x01, 0x02, 0x04
 WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY = 0x06, 0x07, 0x08, 0x0A
 ACK = 0x11
