@@ -55,9 +55,10 @@ def load_telemetry(run_dir: Path) -> dict[QueueId, list[TelemetryRow]]:
     return out
 
 
-def pause_reactions_us(run_dir: Path) -> list[int]:
-    """Every pause the agents applied: the frame's arrival in the kernel to the gate command."""
-    return [int(e.reaction_us) for e in run_events(run_dir)
+def pause_reactions_us(run_dir: Path, events: list[EventRow] | None = None) -> list[int]:
+    """Every pause the agents applied: the frame's arrival in the kernel to the gate command
+    (from ``events`` when the caller has read them already)."""
+    return [int(e.reaction_us) for e in (run_events(run_dir) if events is None else events)
             if e.event == "pause" and e.reaction_us is not None]
 
 
@@ -197,8 +198,9 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
     hidden loss, which only the switches' counters tell). ``buffers``: each lossless queue's
     configured buffer, to say how far past it a queue went."""
     series = load_telemetry(run_dir)
+    events = run_events(run_dir)
     # a queue the watchdog cut off with its drop action drops by design, not by accident
-    cut_off = {e.queue for e in load_events(run_dir)
+    cut_off = {e.queue for e in events
                if e.event == "storm_detected" and "action=drop" in e.detail}
     over = [s.occupancy_max_bytes - buffers[q] for q, ss in series.items()
             if buffers and q in buffers for s in ss if s.occupancy_max_bytes is not None]
@@ -207,7 +209,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
     below = [s.phantom_below_max_bytes for s in mine if s.phantom_below_max_bytes is not None]
     lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
            if s.bmv2_lag_max_us is not None]
-    reactions = pause_reactions_us(run_dir)
+    reactions = pause_reactions_us(run_dir, events)
     cpu_rows = run_cpu(run_dir)
     cpu = None
     if cpu_rows is not None:
