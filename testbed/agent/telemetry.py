@@ -41,6 +41,7 @@ class TelemetryMixin:
     tick_sock: socket.socket
     telemetry_log: CsvWriter[TelemetryRow]
     hot: set[tuple[int, int]]  # lossless queues that held packets lately
+    _sent_seen: dict[tuple[int, int], int]  # each lossless queue's sent packets at last sample
     busy_until: float
 
     def _backlogs(self) -> dict[int, dict[int, ClassStats]]:
