@@ -56,7 +56,6 @@ class TelemetryMixin:
             for tc in self.cfg.lossless:
                 st = stats[n].get(tc)
                 backlog = st.backlog_bytes if st else 0
-                released = released_bytes(st, self.cfg.max_frame) if st else None
                 key = (n, tc)
                 # a queue that is and was empty needs no tick: the program has nothing to do
                 if backlog == 0 and key not in self.hot:
@@ -65,6 +64,7 @@ class TelemetryMixin:
                     self.hot.add(key)
                 else:
                     self.hot.discard(key)
+                released = released_bytes(st, self.cfg.max_frame) if st else None
                 self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, backlog,
                                                released))
                 self.stats["ticks"] += 1
