@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -40,6 +41,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         seeds = metafunc.config.getoption("--seed") or DEFAULT_SEEDS
         metafunc.parametrize("lossless_seed", seeds)
+
+
+#: One fabric at a time on a machine: Mininet's node and interface names (h1, leaf1-eth1) are
+#: machine-wide, so two test runs (two checkouts, or a test and a `testbed run`) that bring up
+#: fabrics at once would tear down each other's. A root or bmv2 test holds this lock while it
+#: runs; `flock /tmp/roce-testbed-fabric.lock testbed run ...` takes the same one by hand.
+FABRIC_LOCK = Path(os.environ.get("ROCE_TESTBED_FABRIC_LOCK", "/tmp/roce-testbed-fabric.lock"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Held around setup, call and teardown, so a module fixture's fabric is covered too."""
+    if not (item.get_closest_marker("bmv2") or item.get_closest_marker("root")):
+        yield
+        return
+    with open(FABRIC_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
