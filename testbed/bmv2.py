@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -21,9 +20,6 @@ from pathlib import Path
 import grpc
 
 from testbed.constants import NUM_TCS
-
-BINARY = "simple_switch_grpc"
-
 
 #: Lines BMv2 prints when it cannot go on, though it may not exit (a Thrift port already taken
 #: leaves it running without a gRPC server).
@@ -40,6 +36,7 @@ class Bmv2Options:
     name: str
     device_id: int
     ports: dict[int, str]  # port number -> interface name
+    binary: str  # which simple_switch_grpc (testbed.bmv2_build.select)
     grpc_socket: Path
     log_path: Path
     thrift_port: int = 9090
@@ -53,9 +50,9 @@ class Bmv2Options:
     def grpc_addr(self) -> str:
         return f"unix://{self.grpc_socket}"
 
-    def command(self, binary: str = BINARY) -> list[str]:
+    def command(self) -> list[str]:
         cmd = ["nice", "-n", str(self.nice)] if self.nice else []
-        cmd += [binary, "--device-id", str(self.device_id), "--thrift-port",
+        cmd += [self.binary, "--device-id", str(self.device_id), "--thrift-port",
                 str(self.thrift_port)]
         for port, intf in sorted(self.ports.items()):
             cmd += ["-i", f"{port}@{intf}"]
@@ -109,17 +106,14 @@ class Bmv2Process:
         self.pump: LogPump | None = None
 
     def start(self, spawn: Callable[..., subprocess.Popen]) -> None:
-        binary = shutil.which(BINARY)
-        if binary is None:
-            raise SwitchStartError(
-                f"{self.opts.name}: {BINARY} is not installed; run `testbed doctor` for how to "
-                "get BMv2"
-            )
+        if not Path(self.opts.binary).is_file():
+            raise SwitchStartError(f"{self.opts.name}: {self.opts.binary} is not installed; run "
+                                   "`testbed doctor` for how to get BMv2")
         with contextlib.suppress(FileNotFoundError):
             self.opts.grpc_socket.unlink()
         self.opts.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.opts.log_path.write_bytes(b"")
-        self.proc = spawn(self.opts.command(binary), stdout=subprocess.PIPE,
+        self.proc = spawn(self.opts.command(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT)
         self.pump = LogPump(self.proc.stdout, self.opts.log_path, self.opts.log_max_bytes)
         self.pump.start()

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from testbed.config import ConfigError, FabricConfig
-from testbed.validate import load_config, parse_config
+from testbed.validate import explain, load_config, parse_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="roce-testbed: an emulated lossless-Ethernet (RoCEv2) lab.")
@@ -61,6 +62,19 @@ def _fabric_config(config: Path | None, overrides: dict) -> FabricConfig:
     return parse_config(data, str(config) if config else "command line")
 
 
+def _switch_or_exit(cfg: FabricConfig, log: bool, build: str | None) -> FabricConfig:
+    """The config with the command line's --log and --build, validated as if written in it."""
+    switch = {**cfg.switch.model_dump(), **({"log": True} if log else {}),
+              **({"build": build} if build else {})}
+    try:
+        cfg.switch = type(cfg.switch).model_validate(switch)
+    except ValidationError as err:
+        _fail("; ".join(p.removeprefix("(top level): ")
+                        for p in explain(type(cfg.switch), err)).replace("switch.log is on",
+                                                                         "--log is given"))
+    return cfg
+
+
 def _config_or_exit(config: Path | None, **shape) -> FabricConfig:
     """The fabric config from a file and/or shape flags; a clear message and exit on mistakes."""
     try:
@@ -83,7 +97,10 @@ def up(
     ] = None,
     results: Annotated[Path, typer.Option(help="Where results folders are written.")] = Path(
         "results"),
-    log: Annotated[bool, typer.Option(help="Write a (size-capped) BMv2 log per switch.")] = False,
+    log: Annotated[bool, typer.Option(help="Write a (size-capped) BMv2 log per switch (needs "
+                                      "BMv2's default build, which --log picks).")] = False,
+    build: Annotated[str | None, typer.Option(
+        help="BMv2 build: auto, default or fast (switch.build).")] = None,
     endpoints: Annotated[bool, typer.Option(
         help="Start a RoCEv2 endpoint on every host (see traffic/endpoint.py).")] = False,
 ) -> None:
@@ -92,8 +109,7 @@ def up(
         _fail("the testbed needs root for namespaces and veths: run it with sudo")
     cfg = _config_or_exit(config, spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf,
                           parallel_links=parallel_links)
-    if log:
-        cfg.switch.log = True
+    cfg = _switch_or_exit(cfg, log=log, build=build)
 
     from testbed.bmv2 import SwitchStartError
     from testbed.control import ControlPlaneError

@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from testbed.bmv2_build import BuildChoice
 from testbed.config_base import ConfigError as ConfigError  # re-exported: callers import it here
 from testbed.config_base import _refuse, _Strict
 from testbed.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_PORT_BITMAP_BITS
@@ -147,6 +148,13 @@ class SwitchConfig(_Strict):
     log: bool = Field(
         False, description="Write a BMv2 log file per switch (slows BMv2 by about 10x)."
     )
+    build: BuildChoice = Field(
+        "auto", description="Which BMv2 build the switches run: 'fast' (configured with "
+        "--disable-logging-macros --disable-elogger, -O3: several times the packets per "
+        "second, no packet log), 'default' (the p4lang packages' build, which can log), or "
+        "'auto': the fast build when it is installed and switch.log is off. A real switch's "
+        "pipeline has no counterpart: this is how fast the emulation can go (see "
+        "benchmarks/capacity.py).")
     log_max_mb: int = Field(
         20, ge=1, le=1000, description="Size at which a switch's log file is truncated."
     )
@@ -173,6 +181,14 @@ class SwitchConfig(_Strict):
         "real switch's pipeline runs at line rate whatever its hosts do; here it shares the "
         "cores with the hosts' endpoints, so it runs ahead of them: when the cores saturate, "
         "the hosts slow down rather than the switches falling behind.")
+
+    @model_validator(mode="after")
+    def _log_needs_a_build_that_logs(self) -> SwitchConfig:
+        if self.log and self.build == "fast":
+            raise ValueError("switch.log is on but switch.build is fast, a BMv2 build with no "
+                             "packet log; set switch.build to default (or auto) to log, or "
+                             "leave switch.log off")
+        return self
 
 
 class EcnProfile(_Strict):

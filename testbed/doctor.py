@@ -3,32 +3,19 @@
 from __future__ import annotations
 
 import importlib
-import mmap
 import os
 import shutil
 import subprocess
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+
+from testbed import bmv2_build
 
 QDISCS = ("htb", "tbf", "pfifo", "bfifo", "netem", "red")
 #: Qdiscs the port model cannot do without; the others only widen what experiments can show.
 REQUIRED_QDISCS = ("htb", "tbf", "bfifo")
 PY_MODULES = ("pydantic", "yaml", "typer", "rich", "p4runtime_sh", "scapy", "pyroute2", "psutil",
               "matplotlib", "grpc")
-#: Where the playbook unpacks BMv2's fast build (role p4, p4_bmv2_fast_prefix).
-BMV2_FAST_PREFIX = Path("/opt/bmv2-fast")
-#: A packet-log message of simple_switch (BMLOG_DEBUG_PKG): the preprocessor drops it from a
-#: build configured with --disable-logging-macros, so only a build that can log holds it.
-BMV2_LOGGING_MARKER = b"Processing packet received on port"
-#: The warning such a build prints when asked to log at debug level; an optimized build with
-#: the logging macros compiled in drops it as dead code.
-BMV2_NO_LOGGING_MARKER = b"You disabled logging macros"
-BMV2_BUILDS = {"default": "default build: logging macros compiled in, --log works",
-               "fast": "fast build: logging macros compiled out, no packet log",
-               "unknown": "build not recognised"}
-
-
 @dataclass
 class Check:
     name: str
@@ -43,34 +30,19 @@ def _which(binary: str, fix: str) -> Check:
     return Check(binary, path is not None, path or "not found", "" if path else fix)
 
 
-def bmv2_build(binary: str | Path) -> str:
-    """Which BMv2 build ``binary`` is: "default" (logging macros compiled in, the p4lang
-    packages' and a plain ``./configure``'s), "fast" (``--disable-logging-macros``), or
-    "unknown". Both report the same ``--version`` and ``--help``, so this reads the binary's
-    own strings instead of running it."""
-    try:
-        with open(binary, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            if m.find(BMV2_LOGGING_MARKER) >= 0:
-                return "default"
-            if m.find(BMV2_NO_LOGGING_MARKER) >= 0:
-                return "fast"
-    except (OSError, ValueError):  # unreadable, or empty (mmap refuses length 0)
-        pass
-    return "unknown"
-
-
 def _bmv2_checks(fix: str) -> list[Check]:
-    """simple_switch_grpc on the PATH (the one `testbed up` starts) and which build it is; the
-    fast build, when it is installed but not the one on the PATH."""
-    path = shutil.which("simple_switch_grpc")
-    if path is None:
+    """Each BMv2 build installed, and which one `testbed up` starts (switch.build: auto)."""
+    found = bmv2_build.installed()
+    if not found:
         return [Check("simple_switch_grpc", False, "not found", fix)]
-    checks = [Check("simple_switch_grpc", True, f"{path} ({BMV2_BUILDS[bmv2_build(path)]})")]
-    fast = BMV2_FAST_PREFIX / "bin" / "simple_switch_grpc"
-    if fast.is_file() and Path(path).resolve() != fast.resolve():
-        checks.append(Check("bmv2 fast build", True, f"{fast} ({BMV2_BUILDS[bmv2_build(fast)]}), "
-                            f"not on the PATH: PATH={fast.parent}:$PATH selects it",
-                            required=False))
+    checks = [Check(f"bmv2 {build} build", True, f"{path} ({bmv2_build.BMV2_BUILDS[build]})",
+                    required=False) for build, path in found.items()]
+    chosen = bmv2_build.select("auto", log=False, found=found)
+    note = ("" if chosen.build == "fast" else "; the fast build (several times the packet rate) "
+            "comes from `testbed provision --bmv2-fast-archive PATH`")
+    checks.insert(0, Check("simple_switch_grpc", True, f"testbed up starts {chosen.binary} "
+                           f"({chosen.build} build; --log or switch.build: default picks the "
+                           f"default build){note}"))
     return checks
 
 

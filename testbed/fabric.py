@@ -16,7 +16,7 @@ P4Runtime sessions close; Mininet stops; the state record is cleaned.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.agents import AgentPool
@@ -126,7 +126,9 @@ class Fabric:
                           self.network.interfaces())
             self.network.build()
             t = self.timings.mark("mininet", t)
-            self.progress("starting BMv2 switches")
+            assert self.network.bmv2 is not None
+            self.run.bmv2 = asdict(self.network.bmv2)
+            self.progress(f"starting BMv2 switches ({self.network.bmv2.build} build)")
             self.network.start_switches()
             t = self.timings.mark("switches_ready", t)
             self.progress("programming switches over P4Runtime")

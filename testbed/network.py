@@ -21,7 +21,9 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Switch
 
+from testbed import bmv2_build
 from testbed.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
+from testbed.bmv2_build import Selected
 from testbed.config import FabricConfig
 from testbed.control import AGENT_PORT
 from testbed.ports import PortSpec, scheduler_commands
@@ -138,6 +140,7 @@ class Network:
         self.results_dir = results_dir
         self.state = state
         self.net: Mininet | None = None
+        self.bmv2: Selected | None = None  # the BMv2 build the switches run, chosen at build()
 
     def runtime_files(self, switch: str) -> list[str]:
         """The files a switch of this network makes in the runtime folder."""
@@ -157,7 +160,9 @@ class Network:
 
     def _bmv2_options(self, sw_name: str) -> Bmv2Options:
         sw = self.topo.switch(sw_name)
+        assert self.bmv2 is not None
         return Bmv2Options(
+            binary=self.bmv2.binary,
             name=sw.name,
             device_id=sw.device_id,
             ports={**{p: intf_name(sw.name, p) for p in sw.ports},
@@ -173,6 +178,10 @@ class Network:
     def build(self) -> None:
         """Nodes in their namespaces, the veths between them, and every switch port's qdiscs."""
         topo = self.topo
+        try:
+            self.bmv2 = bmv2_build.select(self.cfg.switch.build, self.cfg.switch.log)
+        except bmv2_build.BuildError as exc:
+            raise FabricError(str(exc)) from None
         net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
         self.net = net
         for sw in topo.switches:

@@ -79,6 +79,8 @@ class Run:
         #: Frames lost in front of BMv2 over the whole run, read as the fabric stops.
         self.hidden_loss: int | None = None
         self._cpu = None  # testbed.cpuload.CpuSampler while agents run
+        #: The BMv2 build the switches ran ({"build", "binary"}), set as they start.
+        self.bmv2: dict | None = None
 
     @classmethod
     def named(cls, cfg: FabricConfig, topo: Topology, results_root: Path,
@@ -141,6 +143,7 @@ class Run:
                                     self.cfg.fidelity.cpu_busy_pct, self.hidden_loss,
                                     lossless_buffers(self.cfg, self.topo), host_loss)
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
+            summary["bmv2"] = self.bmv2
             out.write_text(json.dumps(summary, indent=2))
         except (OSError, ValueError, KeyError) as exc:  # a half-written CSV of a killed agent
             self.progress(f"telemetry summary not written: {exc}")

@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed import bmv2_build
 from testbed.bmv2 import Bmv2Options, Bmv2Process
+from testbed.bmv2_build import BuildChoice
 from testbed.control import EntryBuilder, SwitchSession, load_p4info
 
 
@@ -51,7 +53,8 @@ class Harness:
 
 @contextlib.contextmanager
 def bmv2_harness(n_ports: int = 4, device_id: int = 1,
-                 extra_ports: tuple[int, ...] = ()) -> Iterator[Harness]:
+                 extra_ports: tuple[int, ...] = (),
+                 build: BuildChoice = "auto") -> Iterator[Harness]:
     ns = f"roce-ptf-{uuid.uuid4().hex[:6]}"
     tmp = Path(tempfile.mkdtemp(prefix="roce-ptf-"))
     sh("ip", "netns", "add", ns)
@@ -71,6 +74,7 @@ def bmv2_harness(n_ports: int = 4, device_id: int = 1,
                                capture_output=True)
         opts = Bmv2Options(name=f"ptf-{device_id}", device_id=device_id,
                            ports={p: f"sw{p}" for p in ports},
+                           binary=bmv2_build.select(build, log=False).binary,
                            grpc_socket=tmp / "sw.grpc", log_path=tmp / "sw.log")
         proc = Bmv2Process(opts)
         proc.start(lambda cmd, **kw: subprocess.Popen(["ip", "netns", "exec", ns, *cmd], **kw))

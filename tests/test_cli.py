@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed import bmv2_build
 from testbed.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
 
 CLI = [sys.executable, "-m", "testbed.cli"]
@@ -65,7 +66,7 @@ def test_doctor_lists_every_check() -> None:
 
 
 def test_bmv2_build_tells_the_default_build_from_the_fast_one(tmp_path: Path) -> None:
-    from testbed.doctor import BMV2_LOGGING_MARKER, BMV2_NO_LOGGING_MARKER, bmv2_build
+    from testbed.bmv2_build import BMV2_LOGGING_MARKER, BMV2_NO_LOGGING_MARKER, bmv2_build
 
     def binary(name: str, *strings: bytes) -> Path:
         f = tmp_path / name
@@ -87,7 +88,7 @@ def test_bmv2_build_tells_the_default_build_from_the_fast_one(tmp_path: Path) ->
 def test_bmv2_build_of_the_installed_switches() -> None:
     import shutil
 
-    from testbed.doctor import BMV2_FAST_PREFIX, bmv2_build
+    from testbed.bmv2_build import BMV2_FAST_PREFIX, bmv2_build
 
     installed = shutil.which("simple_switch_grpc")
     if installed is None:
@@ -102,10 +103,11 @@ def test_bmv2_build_of_the_installed_switches() -> None:
 def test_a_switch_that_fails_is_named_with_log_and_command(tmp_path: Path) -> None:
     """A second switch on a Thrift port already taken dies at start: reported by name, with
     the last lines of its log and the command line that failed."""
-    first = Bmv2Process(Bmv2Options(name="leaf8", device_id=8, ports={},
+    binary = bmv2_build.select("auto", log=False).binary
+    first = Bmv2Process(Bmv2Options(name="leaf8", device_id=8, ports={}, binary=binary,
                                     grpc_socket=tmp_path / "a.grpc", log_path=tmp_path / "a.log",
                                     thrift_port=39090))
-    second = Bmv2Process(Bmv2Options(name="leaf9", device_id=9, ports={},
+    second = Bmv2Process(Bmv2Options(name="leaf9", device_id=9, ports={}, binary=binary,
                                      grpc_socket=tmp_path / "b.grpc",
                                      log_path=tmp_path / "b.log", thrift_port=39090))
     spawn = lambda cmd, **kw: subprocess.Popen(cmd, **kw)  # noqa: E731

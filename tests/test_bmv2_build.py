@@ -1,0 +1,41 @@
+"""Which BMv2 build a switch runs (switch.build, switch.log): the rules, without the builds."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.bmv2_build import BuildError, select
+from testbed.config import ConfigError
+from testbed.validate import parse_config
+
+BOTH = {"fast": "/opt/bmv2-fast/bin/simple_switch_grpc",
+        "default": "/usr/local/bin/simple_switch_grpc"}
+
+
+def test_auto_takes_the_fast_build_unless_a_log_is_asked_for() -> None:
+    assert select("auto", log=False, found=BOTH).build == "fast"
+    assert select("auto", log=True, found=BOTH).binary == BOTH["default"]
+    # only one installed: auto runs it, as long as it can do what was asked
+    assert select("auto", log=False, found={"default": BOTH["default"]}).build == "default"
+    assert select("auto", log=True, found={"default": BOTH["default"]}).build == "default"
+    with pytest.raises(BuildError, match="switch.log: only BMv2's fast build is installed"):
+        select("auto", log=True, found={"fast": BOTH["fast"]})
+
+
+def test_an_explicit_build_is_the_one_that_runs_or_a_one_line_error() -> None:
+    assert select("default", log=False, found=BOTH).binary == BOTH["default"]
+    assert select("fast", log=False, found=BOTH).binary == BOTH["fast"]
+    with pytest.raises(BuildError, match=r"switch.build: BMv2's fast build is not installed; "
+                                         r"`sudo testbed provision --bmv2-fast-archive"):
+        select("fast", log=False, found={"default": BOTH["default"]})
+    with pytest.raises(BuildError, match="switch.build: BMv2's default build is not installed"):
+        select("default", log=False, found={"fast": BOTH["fast"]})
+    with pytest.raises(BuildError, match="not installed; run `testbed doctor`"):
+        select("auto", log=False, found={})
+
+
+def test_a_log_on_the_fast_build_is_refused_in_the_config() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"switch": {"log": True, "build": "fast"}})
+    assert "switch.build is fast, a BMv2 build with no packet log" in str(err.value)
+    assert parse_config({"switch": {"log": True}}).switch.build == "auto"
