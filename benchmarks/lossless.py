@@ -73,7 +73,7 @@ print(got, max(t, 1e-3))
 """
 
 
-def forwarding_pps(plain: bool, n: int = 6000, size: int = 512) -> float:
+def forwarding_pps(plain: bool, n: int = 6000, size: int = 512, build: str = "auto") -> float:
     if plain:
         tmp = Path(tempfile.mkdtemp())
         subprocess.run(["p4c-bm2-ss", "-DPLAIN_FORWARDING", "--p4runtime-files",
@@ -82,7 +82,7 @@ def forwarding_pps(plain: bool, n: int = 6000, size: int = 512) -> float:
         paths = (tmp / "p.txtpb", tmp / "p.json")
     else:
         paths = None
-    with bmv2_harness(2) as h:
+    with bmv2_harness(2, build=build) as h:
         if paths:
             h.session.push_pipeline(*paths)
         sw = Switch("dut", "leaf", 1, 1)
@@ -102,8 +102,8 @@ def forwarding_pps(plain: bool, n: int = 6000, size: int = 512) -> float:
     return int(got) / float(t)
 
 
-def fabric_measures(seconds: float = 5.0) -> dict:
-    cfg = FabricConfig.model_validate({"name": "bench-lossless",
+def fabric_measures(seconds: float = 5.0, build: str = "auto") -> dict:
+    cfg = FabricConfig.model_validate({"name": "bench-lossless", "switch": {"build": build},
                                        "fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 2},
                                        "qos": {"ecn": {}}})
     topo = build_topology(cfg)

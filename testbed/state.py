@@ -9,15 +9,22 @@ or BMv2 on the same machine is never touched.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 RUNTIME_DIR = Path(os.environ.get("ROCE_TESTBED_RUNTIME", "/tmp/roce-testbed"))
+#: One fabric at a time on a machine: Mininet's node and interface names (h1, leaf1-eth1) are
+#: machine-wide, so two fabrics up at once (two test runs, a test and a benchmark) would tear
+#: down each other's. Tests and benchmarks hold this lock around each fabric they bring up, and
+#: `flock /tmp/roce-testbed-fabric.lock testbed run ...` takes it from a shell.
+FABRIC_LOCK = Path(os.environ.get("ROCE_TESTBED_FABRIC_LOCK", "/tmp/roce-testbed-fabric.lock"))
 
 
 @dataclass
@@ -54,6 +61,17 @@ class RunState:
         d = json.loads(path.read_text())
         d["processes"] = [ProcRecord(**p) for p in d.get("processes", [])]
         return cls(**d)
+
+
+@contextlib.contextmanager
+def fabric_lock() -> Iterator[None]:
+    """Hold :data:`FABRIC_LOCK` (waits for whoever holds it)."""
+    with open(FABRIC_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def runtime_dir_for(name: str) -> Path:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+from testbed.state import fabric_lock
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,25 +44,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("lossless_seed", seeds)
 
 
-#: One fabric at a time on a machine: Mininet's node and interface names (h1, leaf1-eth1) are
-#: machine-wide, so two test runs (two checkouts, or a test and a `testbed run`) that bring up
-#: fabrics at once would tear down each other's. A root or bmv2 test holds this lock while it
-#: runs; `flock /tmp/roce-testbed-fabric.lock testbed run ...` takes the same one by hand.
-FABRIC_LOCK = Path(os.environ.get("ROCE_TESTBED_FABRIC_LOCK", "/tmp/roce-testbed-fabric.lock"))
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Held around setup, call and teardown, so a module fixture's fabric is covered too."""
     if not (item.get_closest_marker("bmv2") or item.get_closest_marker("root")):
         yield
         return
-    with open(FABRIC_LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with fabric_lock():  # one fabric at a time: their names are machine-wide
+        yield
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

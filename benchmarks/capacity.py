@@ -1,0 +1,310 @@
+"""Fabric capacity: the highest emulated link rate at which an incast still passes every check
+the incast test makes, for each BMv2 build and frame size, with the other costs in the same run.
+
+A trial is one N:1 incast, PFC only (no ECN, no DCQCN), every link at the same rate, sized to
+last about ``--incast-s`` seconds at that rate. It passes when:
+
+- the flows complete and every byte arrives once, in order, with no NAK (``delivered``);
+- no lossless-class drop in the kernel queues nor in P4 (``lossless_drops``);
+- nothing lost in front of BMv2 (``hidden_loss``);
+- PFC was sent (``pfc_sent``: the incast really congested the fabric);
+- the phantom's drift from the kernel backlog, p99 over busy lossless queues, is within 10
+  frames (``drift_p99``);
+- the agents' PFC reaction, p99, is within ``qos.pfc.reaction_ms`` (``reaction_p99``);
+- the receiver's link was kept busy: the incast's bytes took at most 1/0.8 of their time at
+  line rate (``utilization``). An emulation that cannot fill the link is not running at that
+  rate, whatever else it gets right.
+
+The fidelity guard's verdict (testbed.fidelity) is recorded beside, not used to decide.
+
+A rate passes when ``--runs`` trials in a row pass (the first failure ends the point). The
+search doubles from ``--start`` while it passes, then bisects between the last pass and the first
+failure ``--steps`` times. It decides on the checks named by ``--decide`` (default: all but
+``drift_p99``, i.e. the rate at which the fabric stays lossless and keeps its link busy); the
+table also gives the highest rate tried at which every trial passed every check, drift
+included, a lower bound of the capacity on all checks.
+
+Run as root: sudo .venv/bin/python benchmarks/capacity.py [--builds default,fast]
+Writes capacity.json and capacity.md to benchmarks/out. Each trial holds the machine's fabric
+lock (testbed.state.fabric_lock), so it waits for any test that has a fabric up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+#: The incasts the issue names: (spines, leaves, hosts per leaf) and the senders into h1.
+SHAPES = {"4:1 on 2x3x2": ((2, 3, 2), ["h3", "h4", "h5", "h6"]),
+          "6:1 on 2x4x2": ((2, 4, 2), ["h3", "h4", "h5", "h6", "h7", "h8"])}
+#: Interface MTU -> the RoCE path MTU the hosts use (testbed.endpoints derives it the same way).
+FRAMES = {9000: "4 KB frames", 1500: "1 KB frames"}
+UTILIZATION_MIN = 0.8
+CHECKS = ("delivered", "lossless_drops", "hidden_loss", "pfc_sent", "drift_p99", "reaction_p99",
+          "utilization")
+DRIFT_FRAMES = 10
+
+
+@dataclass
+class Trial:
+    rate_mbps: float
+    passed: bool
+    failed: list[str]
+    figures: dict = field(default_factory=dict)
+
+
+def search(trial: Callable[[float], bool], start: float, steps: int,
+           ceiling: float) -> tuple[float | None, list[float]]:
+    """The highest passing rate, and every rate tried in order. Doubles from ``start`` while it
+    passes (up to ``ceiling``), then bisects ``steps`` times between the last pass and the first
+    failure; a failing ``start`` bisects between 0 and it. Pure: ``trial`` decides."""
+    tried: list[float] = []
+
+    def ok(rate: float) -> bool:
+        tried.append(rate)
+        return trial(rate)
+
+    best: float | None = None
+    lo, hi = 0.0, start
+    while hi <= ceiling and ok(hi):
+        best, lo, hi = hi, hi, hi * 2
+    if hi > ceiling:
+        return best, tried
+    for _ in range(steps):
+        mid = round((lo + hi) / 2, 1)
+        if ok(mid):
+            best, lo = mid, mid
+        else:
+            hi = mid
+    return best, tried
+
+
+def _cfg(shape: tuple[int, int, int], rate: float, mtu: int, build: str, name: str):
+    from testbed.config import FabricConfig
+
+    return FabricConfig.model_validate({
+        "name": name,
+        "fabric": {"spines": shape[0], "leaves": shape[1], "hosts_per_leaf": shape[2],
+                   "host_link_mbps": rate, "fabric_link_mbps": rate, "mtu": mtu},
+        "switch": {"build": build},
+        "qos": {"pfc_enable": [3], "ecn": {}},  # PFC alone, as in the incast test
+    })
+
+
+def run_trial(shape_name: str, rate: float, mtu: int, build: str, incast_s: float,
+              tmp: Path) -> Trial:
+    """One incast; every check the incast test makes, and the costs beside."""
+    from testbed.state import fabric_lock
+
+    shape, senders = SHAPES[shape_name]
+    cfg = _cfg(shape, rate, mtu, build, "capacity")
+    with fabric_lock():
+        return _incast(cfg, senders, rate, incast_s, tmp)
+
+
+def _incast(cfg, senders: list[str], rate: float, incast_s: float, tmp: Path) -> Trial:
+    import psutil
+
+    from testbed.fabric import Fabric
+    from testbed.measure import fabric_counters
+    from testbed.topology import build_topology
+    from traffic.flows import FlowRunner, FlowSpec
+
+    topo = build_topology(cfg)
+    msg = 16384
+    count = max(4, int(rate * 1e6 / 8 * incast_s / len(senders) / msg))
+    with Fabric(cfg, topo, tmp) as fabric:
+        eps = fabric.start_endpoints(["--no-dcqcn"])
+        procs = {"agents": [psutil.Process(p.pid) for p in fabric.agent_pool.procs],
+                 "endpoints": [psutil.Process(p.pid) for p in fabric.endpoint_pool.procs]}
+        cpu0 = {k: _cpu(v) for k, v in procs.items()}
+        flows = [FlowSpec(name=f"f{i}", src=s, dst="h1", message_bytes=msg, count=count)
+                 for i, s in enumerate(senders)]
+        runner = FlowRunner(flows, eps, {h.name: h.ip for h in topo.hosts})
+        t0 = time.monotonic()
+        runner.start()
+        deadline = t0 + 20 * incast_s + 30
+        while not runner.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        elapsed = time.monotonic() - t0
+        cpu = {k: _cpu(v) - cpu0[k] for k, v in procs.items()}
+        done = runner.done()
+        time.sleep(1.0)  # let the last PFC/XON settle
+        counters = fabric_counters(fabric)
+        recv = eps["h1"].call(cmd="stats")
+    return judge(cfg, tmp, runner.assignments, recv, counters, done, msg * count,
+                 {"elapsed_s": elapsed, "cpu_s": cpu, "count": count, "rate": rate})
+
+
+def _cpu(procs) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except Exception:  # noqa: BLE001 - a process that ended: its time is gone with it
+            pass
+    return total
+
+
+def judge(cfg, run_dir: Path, assignments, recv: dict, counters, done: bool, per_qp: int,
+          m: dict) -> Trial:
+    from testbed.analysis import pause_reactions_us
+    from testbed.measure import hidden_loss, kernel_drops
+    from testbed.qos import roce_frame_bytes
+    from testbed.results import run_telemetry
+
+    qps = [recv["qps"].get(str(a.responder_qpn), {}) for v in assignments.values() for a in v]
+    bad_qps = [q for q in qps if q.get("bytes") != per_qp or q.get("corrupt") or
+               q.get("out_of_order") or q.get("naks_sent")]
+    p4_drops = sum(v for sc in counters.values() for k, v in sc.drops.items() if k[1] != 5)
+    drift = sorted(abs(r.phantom_drift_bytes) for r in run_telemetry(run_dir)
+                   if r.tc == 3 and r.phantom_drift_bytes is not None and r.backlog_bytes > 0)
+    reactions = sorted(pause_reactions_us(run_dir))
+    frame = roce_frame_bytes(cfg.fabric.mtu)
+    total = per_qp * len(qps)
+    util = total * 8 / (m["rate"] * 1e6 * m["elapsed_s"])
+    delivered_pkts = max(1, sum(q.get("packets", 0) for q in qps))
+    tel = json.loads((run_dir / "telemetry" / "summary.json").read_text())
+    figs = {
+        "kernel_drops": kernel_drops(counters, 3), "p4_drops": p4_drops,
+        "hidden_loss": sum(hidden_loss(counters).values()),
+        "pfc_frames": sum(sum(sc.pfc_tx.values()) for sc in counters.values()),
+        "drift_p99_bytes": _p99(drift), "reaction_p99_us": _p99(reactions),
+        "utilization": round(util, 3), "elapsed_s": round(m["elapsed_s"], 2),
+        "agents_cpu_cores": round(m["cpu_s"]["agents"] / m["elapsed_s"], 3),
+        "endpoint_cpu_us_per_pkt": round(m["cpu_s"]["endpoints"] * 1e6 / delivered_pkts, 1),
+        "fidelity_ok": tel.get("fidelity", {}).get("ok"),
+        "fidelity_reasons": tel.get("fidelity", {}).get("reasons"),
+    }
+    checks = {
+        "delivered": done and not bad_qps and len(qps) > 0,
+        "lossless_drops": figs["kernel_drops"] == 0 and p4_drops == 0,
+        "hidden_loss": figs["hidden_loss"] == 0,
+        "pfc_sent": figs["pfc_frames"] > 0,
+        "drift_p99": figs["drift_p99_bytes"] is not None
+        and figs["drift_p99_bytes"] <= DRIFT_FRAMES * frame,
+        "reaction_p99": figs["reaction_p99_us"] is None
+        or figs["reaction_p99_us"] <= cfg.qos.pfc.reaction_ms * 1000,
+        "utilization": util >= UTILIZATION_MIN,
+    }
+    failed = [k for k, v in checks.items() if not v]
+    return Trial(m["rate"], not failed, failed, figs)
+
+
+def _p99(xs: list) -> float | None:
+    return xs[int(0.99 * (len(xs) - 1))] if xs else None
+
+
+def capacity(shape: str, mtu: int, build: str, args, log: list[dict]) -> dict:
+    """The search for one (shape, frames, build); every trial goes to ``log``."""
+    decide = set(args.decide.split(","))
+    all_ok: dict[float, bool] = {}
+
+    def point(rate: float) -> bool:
+        for i in range(args.runs):
+            with tempfile.TemporaryDirectory(prefix="roce-capacity-") as tmp:
+                t = run_trial(shape, rate, mtu, build, args.incast_s, Path(tmp))
+            log.append({"shape": shape, "mtu": mtu, "build": build, "run": i, **asdict(t)})
+            print(f"  {shape}, {FRAMES[mtu]}, {build}: {rate:g} Mbit/s run {i}: "
+                  f"{'pass' if t.passed else 'FAIL ' + ','.join(t.failed)} "
+                  f"{json.dumps(t.figures)}", flush=True)
+            all_ok[rate] = all_ok.get(rate, True) and t.passed
+            if decide & set(t.failed):
+                all_ok[rate] = False
+                return False
+        return True
+
+    best, tried = search(point, args.start, args.steps, args.ceiling)
+    strict = max((r for r, ok in all_ok.items() if ok), default=None)
+    return {"shape": shape, "frames": FRAMES[mtu], "build": build, "capacity_mbps": best,
+            "all_checks_mbps": strict, "tried": tried, "decided_on": sorted(decide)}
+
+
+def _costs(build: str) -> dict:
+    """The other benchmarks' figures for one build, in the same run (benchmarks/lossless.py):
+    BMv2's forwarding rate with the full program over plain forwarding, the agents' CPU."""
+    from benchmarks.lossless import fabric_measures, forwarding_pps
+    from testbed.state import fabric_lock
+
+    with fabric_lock():
+        full, plain = forwarding_pps(False, build=build), forwarding_pps(True, build=build)
+    with fabric_lock():
+        agents = fabric_measures(build=build)
+    return {"full_pps": round(full), "plain_pps": round(plain), "ratio": round(full / plain, 3),
+            **agents}
+
+
+def markdown(results: list[dict], costs: dict, trials: list[dict]) -> str:
+    lines = ["| incast | frames | " + " | ".join(f"{b} build" for b in costs) + " |",
+             "|---|---|" + "---|" * len(costs)]
+    for shape in SHAPES:
+        for frames in FRAMES.values():
+            cells = []
+            for b in costs:
+                r = next((x for x in results if x["shape"] == shape and x["frames"] == frames
+                          and x["build"] == b), None)
+                cells.append("not run" if r is None else
+                             f"{_rate(r['capacity_mbps'], r)} ({_rate(r['all_checks_mbps'], r)} "
+                             "on every check)")
+            lines.append(f"| {shape} | {frames} | " + " | ".join(cells) + " |")
+    lines += ["", "| build | BMv2 pps full / plain (ratio) | agents' CPU idle / 4:1 incast on "
+              "2x4x2 | endpoint CPU per delivered packet (median over passing trials) |",
+              "|---|---|---|---|"]
+    for b, c in costs.items():
+        per_pkt = [t["figures"]["endpoint_cpu_us_per_pkt"] for t in trials
+                   if t["build"] == b and t["passed"]]
+        lines.append(f"| {b} | {c['full_pps']} / {c['plain_pps']} ({c['ratio']}) | "
+                     f"{c['agent_cpu_idle_cores']:.1%} / {c['agent_cpu_incast_cores']:.1%} of a "
+                     f"core | {statistics.median(per_pkt) if per_pkt else '-'} us |")
+    return "\n".join(lines) + "\n"
+
+
+def _rate(mbps: float | None, r: dict) -> str:
+    return f"< {min(r['tried']):g} Mbit/s" if mbps is None else f"{mbps:g} Mbit/s"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
+    ap.add_argument("--builds", default="default,fast")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--mtus", default="9000,1500")
+    ap.add_argument("--runs", type=int, default=3, help="trials per rate")
+    ap.add_argument("--start", type=float, default=10.0)
+    ap.add_argument("--ceiling", type=float, default=320.0)
+    ap.add_argument("--steps", type=int, default=2, help="bisection steps after doubling")
+    ap.add_argument("--incast-s", type=float, default=4.0)
+    ap.add_argument("--decide", default=",".join(c for c in CHECKS if c != "drift_p99"),
+                    help=f"the checks that decide a rate (of {', '.join(CHECKS)})")
+    ap.add_argument("--tag", default="capacity", help="output file name")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    builds = args.builds.split(",")
+    costs = {b: _costs(b) for b in builds}
+    print(json.dumps(costs, indent=2), flush=True)
+    results: list[dict] = []
+    trials: list[dict] = []
+    for shape in args.shapes.split(","):
+        for mtu in map(int, args.mtus.split(",")):
+            for b in builds:
+                results.append(capacity(shape, mtu, b, args, trials))
+                out = {"results": results, "costs": costs, "trials": trials,
+                       "settings": {k: str(v) for k, v in vars(args).items()}}
+                (args.out / f"{args.tag}.json").write_text(json.dumps(out, indent=2))
+    md = markdown(results, costs, trials)
+    (args.out / f"{args.tag}.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
