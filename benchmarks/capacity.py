@@ -288,6 +288,9 @@ def main() -> None:
                     help=f"the checks that decide a rate (of {', '.join(CHECKS)})")
     ap.add_argument("--tag", default="capacity", help="output file name")
     args = ap.parse_args()
+    from testbed.run import interrupt_on_sigterm
+
+    interrupt_on_sigterm()  # a stopped benchmark tears its fabric down, as Ctrl-C does
     args.out.mkdir(parents=True, exist_ok=True)
     builds = args.builds.split(",")
     costs = {b: _costs(b) for b in builds}

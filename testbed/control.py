@@ -256,7 +256,8 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
         ents.append(b.entry(f"{lossless}.ingress_port_quantum",
                             {"std_meta.ingress_port": port.number},
                             b.action(f"{lossless}.set_quantum",
-                                     quantum_us_q10=int(quantum_us(port.rate_mbps) * 1024))))
+                                     quantum_us_q10=int(quantum_us(port.rate_mbps) * 1024),
+                                     rate_q20=rate_q20)))
         ents.append(b.entry(f"{EGRESS}.pfc_egress.port_mac",
                             {"std_meta.egress_port": port.number},
                             b.action(f"{EGRESS}.pfc_egress.set_port_mac",

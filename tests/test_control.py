@@ -343,6 +343,9 @@ def test_lossless_entries_give_each_port_its_rate_profile_mac_and_clone_session(
         # a quantum is 512 bit times: 51.2 us at 10 Mbit/s, 12.8 at 40, times 2^10
         assert quanta[(("std_meta.ingress_port", port.number),)].get("quantum_us_q10") == \
             {10: 52428, 40: 13107}[rate]
+        # and the port's drain rate, which brings its phantoms up to date as a pause begins
+        assert quanta[(("std_meta.ingress_port", port.number),)].get("rate_q20") == \
+            {10: 1_310_720, 40: 5_242_880}[rate]
         assert macs[(("std_meta.egress_port", port.number),)].get("mac") == mac_to_int(port.mac)
         # only class 3 (ECN and PFC) has a profile; class 6 (CNPs) is neither
         mine = {k[1][1]: a for k, a in profiles.items() if k[0] == ("meta.q_port", port.number)}

@@ -14,6 +14,7 @@ skips the reset, to show what the cases would see without it.
 from __future__ import annotations
 
 import json
+import time
 
 import ptf
 import ptf.testutils as tu
@@ -430,6 +431,29 @@ class ForgedTickDropped(RoceSwitchTest):
     def runTest(self) -> None:
         tu.send_packet(self, 1, tick(SLOW_PORT, 3, 10**6))
         tu.verify_no_other_packets(self)
+
+
+class PauseBringsThePhantomUpToDate(RoceSwitchTest):
+    """A pause freezes the phantom as it stands when the pause begins, drained until then: not
+    as it stood at its last packet or tick (which overstated the queue by the port's rate times
+    that gap, at every pause)."""
+
+    def runTest(self) -> None:
+        port, backlog, gap_s = 2, 200_000, 0.1  # a 10 Mbit/s port drains 125 KB in 0.1 s
+        tu.send_packet(self, AGENT_PORT, tick(port, 3, backlog))
+        time.sleep(gap_s)
+        frame = Ether(dst=PFC_DST_MAC, src=SRC_MAC, type=ETH_P_MAC_CONTROL) / \
+            MACControlClassBasedFlowControl(_reserved=0, c3_enabled=1, c3_pause_time=65535)
+        tu.send_packet(self, port, frame)
+        tu.verify_no_other_packets(self)
+        try:
+            q = self.bm.bm_register_read(0, "q_bytes", cell(port, 3))
+            # drained for at least most of the gap (the frames' own delays only add to it)
+            assert q <= backlog - 10e6 / 8 * gap_s * 0.8, q
+            assert self.bm.bm_register_read(0, "paused_until", cell(port, 3)) > \
+                self.bm.bm_register_read(0, "q_time", cell(port, 3))
+        finally:
+            self.bm.bm_register_write(0, "paused_until", cell(port, 3), 0)
 
 
 class WatchdogIgnoredPfc(RoceSwitchTest):
