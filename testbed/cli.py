@@ -217,6 +217,11 @@ def run(
     _say(("done", "green"), f": results in {res.results_dir}")
     for name, f in s.get("flows", {}).items():
         _say(f"  flow {name}: {f['src']} -> {f['dst']}, {f['bytes_received']} bytes")
+    if s.get("headline"):
+        from testbed.headline_text import headline_tables
+
+        for table in headline_tables(s["headline"]):
+            console.print(table)
     for e in s.get("watchdog_events", []):
         _say(f"  watchdog: {e['switch']} port {e['port']} class {e['tc']}: "
              f"{e['event']} {e.get('detail', '')}")
