@@ -24,7 +24,7 @@ def _figures_table(title: str, labels: list[str], columns: list[list[str]]):
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=title, title_justify="left")
+    t = Table(title=Text(title), title_justify="left")
     t.add_column("figure")
     for label in labels:
         t.add_column(Text(label), justify="right")

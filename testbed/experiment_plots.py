@@ -32,8 +32,9 @@ def _numeric(values: list[Any]) -> bool:
 
 
 def plot_sweep(rows: list[dict], keys: list[str], labels: list[str], png: Path) -> Path:
-    """``rows``: testbed.sweep.aggregate's; ``labels``: each row's point label. One swept
-    numeric key is the x axis itself; anything else gets a tick per point."""
+    """``rows``: testbed.sweep.aggregate's; ``labels``: each row's tick label (the value when
+    one key is swept, the whole point otherwise). One swept numeric key is the x axis itself;
+    anything else gets a tick per point."""
     plt = _pyplot()
     names = dict(FIGURES)
     shown = [k for k in SWEEP_PLOT if any(r[k] is not None for r in rows)]
@@ -50,10 +51,11 @@ def plot_sweep(rows: list[dict], keys: list[str], labels: list[str], png: Path) 
         err = [[s[0] - s[1] for _, s in pts], [s[2] - s[0] for _, s in pts]]
         ax.errorbar([x for x, _ in pts], med, yerr=err, marker="o", capsize=4)
         ax.set_title(names[key], fontsize=9)
-        if numeric:
+        ax.margins(x=0.15)
+        if len(keys) == 1:
             ax.set_xlabel(keys[0], fontsize=8)
-        else:
-            ax.set_xticks(xs, labels, fontsize=7, rotation=15)
+        if not numeric:
+            ax.set_xticks(xs, labels, fontsize=7, rotation=15 if len(keys) > 1 else 0)
     for ax in list(axes.flat)[len(shown):]:
         ax.set_visible(False)
     fig.suptitle("sweep: median of each point's runs, min-max as bars", fontsize=10)

@@ -91,10 +91,11 @@ def points(settings: list[Setting]) -> list[dict[str, Any]]:
 
 def point_label(point: dict[str, Any]) -> str:
     """``qos.pfc_enable=[3], flows.0.qps=4``: values written as in YAML's flow style."""
-    return ", ".join(f"{k}={_flow(v)}" for k, v in point.items())
+    return ", ".join(f"{k}={flow_style(v)}" for k, v in point.items())
 
 
-def _flow(v: Any) -> str:
+def flow_style(v: Any) -> str:
+    """A value as YAML's flow style writes it: ``[3]``, ``{kmin_bytes: 5}``, ``true``."""
     return yaml.safe_dump(v, default_flow_style=True, width=1 << 16).strip().removesuffix(
         "\n...").removesuffix("...").strip()
 
@@ -143,7 +144,7 @@ def blame(point: dict[str, Any], problems: list[str]) -> str:
         for p in problems:
             where = p.split(":", 1)[0]
             if where == key or where.startswith(key + ".") or key.startswith(where + "."):
-                return f"--set {key}={_flow(value)}: {p}"
+                return f"--set {key}={flow_style(value)}: {p}"
     return f"--set {point_label(point)}: {'; '.join(problems)}"
 
 
@@ -191,7 +192,7 @@ def table_csv_rows(rows: list[dict], keys: list[str]) -> list[list[Any]]:
         header += [f"{key}_median", f"{key}_min", f"{key}_max"]
     out: list[list[Any]] = [header]
     for r in rows:
-        line: list[Any] = [r["point"], *(_flow(r["settings"][k]) for k in keys), r["runs"]]
+        line: list[Any] = [r["point"], *(flow_style(r["settings"][k]) for k in keys), r["runs"]]
         for key, _ in FIGURES:
             line += list(r[key]) if r[key] is not None else ["", "", ""]
         out.append(line)
@@ -204,7 +205,7 @@ def table_markdown(rows: list[dict], keys: list[str]) -> list[str]:
 
     body = []
     for r in rows:
-        cells = [str(r["point"]), *(_flow(r["settings"][k]) for k in keys), str(r["runs"])]
+        cells = [str(r["point"]), *(flow_style(r["settings"][k]) for k in keys), str(r["runs"])]
         for key, _ in FIGURES:
             s = r[key]
             cells.append("-" if s is None else fmt(s[0]) if s[1] == s[2]

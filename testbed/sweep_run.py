@@ -32,6 +32,7 @@ from testbed.sweep import (
     aggregate,
     apply_point,
     blame,
+    flow_style,
     parse_settings,
     point_label,
     points,
@@ -145,5 +146,6 @@ def write_sweep(plan: Plan, out: Path, records: list[RunRecord], interrupted: bo
     if rows:
         from testbed.experiment_plots import plot_sweep
 
-        plot_sweep(rows, plan.keys, [point_label(r["settings"]) for r in rows],
-                   out / "sweep.png")
+        ticks = [flow_style(r["settings"][plan.keys[0]]) if len(plan.keys) == 1
+                 else point_label(r["settings"]) for r in rows]
+        plot_sweep(rows, plan.keys, ticks, out / "sweep.png")
