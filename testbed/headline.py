@@ -25,9 +25,10 @@ from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
+from testbed.constants import NUM_TCS
 from testbed.endpoint_results import MessageRow, QpRow, read_messages, read_qp_series
 from testbed.headline_links import imbalance, link_figures, stages
-from testbed.results import run_telemetry
+from testbed.results import QueueId, TelemetryRow, run_telemetry
 from traffic.flows import FlowSpec, assign_qps
 
 #: A flow whose name starts with this is a victim (see the module's docstring).
@@ -154,7 +155,7 @@ def host_uplinks(topology: dict, counters: dict[tuple[str, str, int], int],
     for h in topology["hosts"]:
         port = h["leaf_port"]
         frames = sum(v for (sw, c, idx), v in counters.items()
-                     if sw == h["leaf"] and c == PFC_TX_COUNTER and idx // 8 == port)
+                     if sw == h["leaf"] and c == PFC_TX_COUNTER and idx // NUM_TCS == port)
         paused = max((r.paused_s for r in series.get(h["name"], [])), default=0.0)
         if frames or paused:
             out.append({"link": f"{h['name']}->{h['leaf']}", "tier": "host",
@@ -183,8 +184,9 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
     series = {h: read_qp_series(run_dir, h) for h in hosts}
     messages = {h: read_messages(run_dir, h) for h in hosts}
     flows, alone, fcts = {}, {}, []
+    assigned = assign_qps(specs)
     for spec in specs:
-        qpns = assign_qps(specs)[spec.name]
+        qpns = assigned[spec.name]
         req, resp = {a.requester_qpn for a in qpns}, {a.responder_qpn for a in qpns}
         flows[spec.name] = flow_figures(
             spec, window[0] + spec.start_s,
@@ -208,7 +210,8 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
                                            if c == ECN_COUNTER)})
 
 
-def _last_drops(rows) -> dict[tuple[str, int, int], int]:
+def _last_drops(rows: list[TelemetryRow]) -> dict[QueueId, int]:
+    """Each queue's drops at its last sample (the agents count them from the start)."""
     out = {}
     for r in rows:
         out[r.queue] = r.drops
