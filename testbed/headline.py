@@ -50,9 +50,10 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def jain(values: list[float]) -> float | None:
     """Jain's fairness index (Jain, Chiu and Hawe, DEC-TR-301, 1984): (sum x)^2 / (n sum x^2),
-    1 when every flow got the same, 1/n when one got everything; None without traffic."""
+    1 when every flow got the same, 1/n when one got everything; None without traffic or with
+    fewer than two flows (one flow is trivially fair)."""
     square_sum = sum(v * v for v in values)
-    if not values or square_sum == 0:
+    if len(values) < 2 or square_sum == 0:
         return None
     return sum(values) ** 2 / (len(values) * square_sum)
 

@@ -29,9 +29,8 @@ FIGURES: list[tuple[str, str]] = [
 
 #: The per-flow table's columns: (key in a flow's figures, label).
 FLOW_COLUMNS: list[tuple[str, str]] = [
-    ("goodput_mbps", "goodput (Mbit/s)"), ("fct_median_s", "FCT median (s)"),
-    ("fct_p99_s", "FCT p99 (s)"), ("retransmitted", "retx"), ("naks", "NAKs"),
-    ("ce_marked", "CE seen"), ("cnps_sent", "CNPs"),
+    ("goodput_mbps", "Mbit/s"), ("fct_median_s", "FCT p50 s"), ("fct_p99_s", "FCT p99 s"),
+    ("retransmitted", "retx"), ("naks", "NAKs"), ("ce_marked", "CE"), ("cnps_sent", "CNPs"),
 ]
 
 
@@ -54,11 +53,10 @@ def figure_rows(headline: dict) -> list[tuple[str, str]]:
 
 
 def flow_rows(headline: dict) -> list[list[str]]:
-    """A row per flow: its name (a victim marked), its path, then :data:`FLOW_COLUMNS`."""
+    """A row per flow: its name, its path, then :data:`FLOW_COLUMNS`."""
     rows = []
     for name, f in headline.get("flows", {}).items():
-        label = f"{name} (victim)" if f.get("victim") else name
-        rows.append([label, f"{f['src']}->{f['dst']}",
+        rows.append([name, f"{f['src']}->{f['dst']}",
                      *(fmt(f.get(k)) for k, _ in FLOW_COLUMNS)])
     return rows
 

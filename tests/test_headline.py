@@ -36,7 +36,7 @@ def test_jain_and_percentile() -> None:
     assert jain([5, 5, 5]) == pytest.approx(1.0)
     assert jain([4, 0, 0, 0]) == pytest.approx(0.25)
     assert jain([4, 2]) == pytest.approx(0.9)
-    assert jain([]) is None and jain([0, 0]) is None
+    assert jain([]) is None and jain([0, 0]) is None and jain([3]) is None
     assert percentile([0.4, 0.1, 0.3, 0.2], 0.5) == 0.2
     assert percentile([0.4, 0.1, 0.3, 0.2], 0.99) == 0.4
     assert percentile(list(range(1, 201)), 0.99) == 198
@@ -93,7 +93,7 @@ def test_markdown_has_every_figure_and_flow(head: dict) -> None:
     text = "\n".join(headline_markdown(head))
     for _key, label in FIGURES:
         assert f"| {label} |" in text
-    assert "| victim (victim) | h2->h4 |" in text
+    assert "| victim | h2->h4 | 1 |" in text
     assert "| goodput (Mbit/s) | 7 |" in text
 
 
