@@ -184,3 +184,14 @@ def test_interrupted_sweep_keeps_the_finished_runs_and_their_table(tmp_path: Pat
     sweep = json.loads((tmp_path / "sweep.json").read_text())
     assert sweep["interrupted"] is True and len(sweep["runs"]) == 2
     assert "(interrupted)" in (tmp_path / "table.md").read_text()
+
+
+def test_repeat_and_out_folder_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(SweepError, match="--repeat 0"):
+        plan_sweep(INCAST, ["flows.0.qps=1"], 0)
+    with pytest.raises(SweepError, match="at least one --set"):
+        plan_sweep(INCAST, [], 1)
+    (tmp_path / "old.txt").write_text("a previous sweep")
+    r = CliRunner().invoke(app, ["sweep", str(INCAST), "--set", "flows.0.qps=1,2",
+                                 "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "already exists and is not an empty folder" in r.output
