@@ -233,6 +233,11 @@ def run(
     _say(("done", "green"), f": results in {res.results_dir}")
     for name, f in s.get("flows", {}).items():
         _say(f"  flow {name}: {f['src']} -> {f['dst']}, {f['bytes_received']} bytes")
+    if s.get("headline"):
+        from testbed.headline_text import headline_tables
+
+        for table in headline_tables(s["headline"]):
+            console.print(table)
     for e in s.get("watchdog_events", []):
         _say(f"  watchdog: {e['switch']} port {e['port']} class {e['tc']}: "
              f"{e['event']} {e.get('detail', '')}")
@@ -241,6 +246,45 @@ def run(
     for line in deadlock_lines(s.get("deadlock")):
         console.print(f"  {line[2:]}", markup=False)
     _print_fidelity(s.get("fidelity"))
+
+
+@app.command()
+def sweep(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (see scenarios/).")],
+    set_: Annotated[list[str], typer.Option(
+        "--set", help="KEY=V1,V2,...: a dotted path into the scenario and the values to run "
+                      "(YAML), e.g. qos.pfc_enable=[3],[] ; repeatable: every combination runs."
+    )],
+    repeat: Annotated[int, typer.Option(help="Runs of each point.")] = 1,
+    out: Annotated[Path | None, typer.Option(
+        help="The sweep's folder (default: results/sweep-<name>-<time>).")] = None,
+    results: Annotated[Path, typer.Option(help="Where the default folder is made.")] = Path(
+        "results"),
+) -> None:
+    """Run a scenario over a grid of settings; write every run and a table of their figures."""
+    from testbed.cli_experiments import ExperimentError, sweep_main
+
+    try:
+        code = sweep_main(scenario, set_, repeat, out, results, _progress, console)
+    except ExperimentError as exc:
+        _fail(str(exc), exc.code)
+    raise typer.Exit(code)
+
+
+@app.command()
+def compare(
+    runs: Annotated[list[Path], typer.Argument(help="Results folders of runs, or sweeps.")],
+    out: Annotated[Path | None, typer.Option(
+        help="Also write compare.md, compare.csv and compare.png here.")] = None,
+) -> None:
+    """Put runs' headline figures side by side (and, with --out, their time series)."""
+    from testbed.cli_experiments import ExperimentError, compare_main
+
+    try:
+        code = compare_main(runs, out, console)
+    except ExperimentError as exc:
+        _fail(str(exc), exc.code)
+    raise typer.Exit(code)
 
 
 @app.command()

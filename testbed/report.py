@@ -149,6 +149,10 @@ def _markdown(run_dir: Path, summary: dict) -> None:
     lines += deadlock_lines(summary.get("deadlock"))
     for e in summary.get("timeline", []):
         lines.append(f"- t={e['t_s']} s: {e['event']}")
+    if summary.get("headline"):
+        from testbed.headline_text import headline_markdown
+
+        lines += ["", *headline_markdown(summary["headline"])]
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")
 
 

@@ -332,6 +332,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
         if stopped_at is not None:
             res.summary["deadlock"] = deadlock_summary(run_dir, stopped_at,
                                                        list(sc.cfg.qos.pfc_enable))
+        _add_headline(run_dir, res.summary, progress)
         (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
         try:
             from testbed.report import make_report
@@ -340,6 +341,16 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
         except Exception as exc:  # a report must not hide the results it reports on
             progress(f"report not written: {exc}")
     return res
+
+
+def _add_headline(run_dir: Path, summary: dict, progress) -> None:
+    """summary["headline"]: the figures runs are compared by (testbed.headline)."""
+    from testbed.headline import compute_headline
+
+    try:
+        summary["headline"] = compute_headline(run_dir, summary)
+    except Exception as exc:  # the figures must not hide the results they come from
+        progress(f"headline figures not computed: {exc}")
 
 
 def _apply_fault(fabric, f: Fault, end: bool) -> str:

@@ -1,0 +1,105 @@
+"""The headline figures, on a synthetic results folder whose every figure is known
+(tests/synthetic_run.py says how it was made)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from testbed.endpoint_results import MessageRow, QpRow
+from testbed.headline import compute_headline, jain, percentile
+from testbed.headline_series import pfc_frames
+from testbed.headline_text import FIGURES, headline_markdown
+from testbed.results import TelemetryRow
+from tests.synthetic_run import summary, write_run
+from traffic.endpoint_telemetry import MESSAGE_COLUMNS, QP_COLUMNS
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_run(tmp_path_factory.mktemp("h") / "run")
+
+
+@pytest.fixture(scope="module")
+def head(run: Path) -> dict:
+    return compute_headline(run, summary())
+
+
+def test_records_follow_the_endpoints_columns() -> None:
+    assert [f.name for f in fields(QpRow)] == [c for c, _ in QP_COLUMNS]
+    assert [f.name for f in fields(MessageRow)] == [c for c, _ in MESSAGE_COLUMNS]
+
+
+def test_jain_and_percentile() -> None:
+    assert jain([5, 5, 5]) == pytest.approx(1.0)
+    assert jain([4, 0, 0, 0]) == pytest.approx(0.25)
+    assert jain([4, 2]) == pytest.approx(0.9)
+    assert jain([]) is None and jain([0, 0]) is None and jain([3]) is None
+    assert percentile([0.4, 0.1, 0.3, 0.2], 0.5) == 0.2
+    assert percentile([0.4, 0.1, 0.3, 0.2], 0.99) == 0.4
+    assert percentile(list(range(1, 201)), 0.99) == 198
+    assert percentile([], 0.5) is None
+
+
+def test_per_flow_goodput_fct_and_counters(head: dict) -> None:
+    a, b = head["flows"]["a"], head["flows"]["b"]
+    assert a["bytes"] == 1_000_000 and a["active_s"] == pytest.approx(2.0)
+    assert a["goodput_mbps"] == pytest.approx(4.0)
+    assert b["goodput_mbps"] == pytest.approx(2.0)
+    assert (a["messages"], a["fct_median_s"], a["fct_p99_s"]) == (4, 0.2, 0.4)
+    assert b["messages"] == 0 and b["fct_median_s"] is None
+    assert (a["retransmitted"], a["naks"], a["cnps_received"]) == (3, 1, 5)
+    assert (a["cnps_sent"], a["ce_marked"]) == (6, 8)
+    assert not a["victim"] and head["flows"]["victim"]["victim"]
+
+
+def test_run_wide_figures(head: dict) -> None:
+    assert head["goodput_mbps"] == pytest.approx(7.0)
+    assert head["jain"] == pytest.approx(0.9)  # a and b; the victim is left out
+    assert head["victims"]["victim"] == {"goodput_mbps": 1.0, "alone_mbps": 10.0,
+                                         "slowdown": 10.0}
+    assert head["victim_slowdown"] == 10.0
+    assert (head["fct_median_s"], head["fct_p99_s"]) == (0.2, 0.4)
+    assert head["lossless_drops"] == 2 and head["drops"] == 9
+    assert head["hidden_loss"] == 3
+    assert head["ecn_marked"] == 16
+    assert (head["cnps"], head["retransmitted"], head["naks"]) == (6, 3, 1)
+    assert head["pfc_frames"] == 49
+    assert head["pause_s"] == pytest.approx(2.3)
+
+
+def test_links_pfc_utilization_and_imbalance(head: dict) -> None:
+    links = {lk["link"]: lk for lk in head["links"]}
+    s1 = links["spine1->leaf1"]
+    assert (s1["tier"], s1["pfc_frames"], s1["paused_s"]) == ("fabric", 40, 1.5)
+    assert s1["utilization"] == pytest.approx(1.0)  # the window ends at t=5
+    assert links["spine2->leaf1"]["utilization"] == pytest.approx(0.5)
+    assert links["h3->leaf2"]["pfc_frames"] == 9 and links["h3->leaf2"]["paused_s"] == 0.8
+    assert links["leaf1->h1"]["tier"] == "host"
+    assert head["stages"]["leaf1 down"]["imbalance"] == pytest.approx(1.0 / 0.75, abs=1e-3)
+    assert "leaf2 down" not in head["stages"]  # carried nothing
+    assert head["max_imbalance"] == pytest.approx(1.3333, abs=1e-3)
+    assert head["max_utilization"] == pytest.approx(1.0)
+
+
+def test_lossless_drops_from_telemetry_without_the_summary_figure(run: Path) -> None:
+    head = compute_headline(run, summary(with_drops=False))
+    assert head["lossless_drops"] == 2  # class 3 alone: the class 0 drops are lossy
+
+
+def test_markdown_has_every_figure_and_flow(head: dict) -> None:
+    text = "\n".join(headline_markdown(head))
+    for _key, label in FIGURES:
+        assert f"| {label} |" in text
+    assert "| victim | h2->h4 | 1 |" in text
+    assert "| goodput (Mbit/s) | 7 |" in text
+
+
+def test_pfc_frames_over_time_adds_each_switch_latest() -> None:
+    def row(t: float, sw: str, pfc: int) -> TelemetryRow:
+        return TelemetryRow(t, sw, 1, 3, 0, 0, 0, 0, 0, False, pfc, 0.0)
+
+    rows = [row(1.0, "s1", 0), row(1.5, "s2", 3), row(2.0, "s1", 5), row(2.5, "s2", 4)]
+    assert pfc_frames(rows, t0=1.0) == [(0.0, 0), (0.5, 3), (1.0, 8), (1.5, 9)]
