@@ -174,6 +174,11 @@ class Bmv2Process:
         return next((ln for ln in text.splitlines() if any(f in ln for f in FATAL_LOG_LINES)),
                     None)
 
+    def terminate(self) -> None:
+        """Ask the switch to exit, without waiting (stop() waits)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+
     def stop(self, timeout: float = 3.0) -> None:
         if self.proc is None:
             return

@@ -230,11 +230,24 @@ class Network:
             raise FabricError("\n".join(sorted(errors)))
 
     def stop(self) -> None:
-        """Mininet stops the switches (and their BMv2) and hosts, and removes the links."""
-        if self.net is not None:
+        """Every BMv2 told to stop at once (their exits overlap), then each node's shell ended.
+
+        Each node is its own network namespace and holds its ends of the links, so ending the
+        last process in it ends the namespace, and the kernel deletes its veths (a pair goes
+        with either end): Mininet's own stop deletes every interface with an `ip link del`
+        per link, a second and a half of a 2x4x2 fabric's teardown."""
+        net, self.net = self.net, None
+        if net is None:
+            return
+        switches = [net.get(sw.name) for sw in self.topo.switches]
+        for node in switches:
+            node.bmv2.terminate()
+        for node in switches:
             with contextlib.suppress(Exception):
-                self.net.stop()
-            self.net = None
+                node.bmv2.stop()
+        for node in [*net.hosts, *switches]:
+            with contextlib.suppress(Exception):
+                node.terminate()
 
     def host(self, name: str):
         assert self.net is not None
