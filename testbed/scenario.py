@@ -45,7 +45,7 @@ from testbed.analysis import deadlock_summary
 from testbed.capture import Captures
 from testbed.config import ConfigError, FabricConfig
 from testbed.measure import counter_cells
-from testbed.results import run_events
+from testbed.results import P4_COUNTER_COLUMNS, P4_COUNTERS_FILE, run_events
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowRunner, FlowSpec
@@ -269,7 +269,7 @@ class CounterSampler(threading.Thread):
         t0 = self.fabric.t0  # the run's clock, shared with the agents' telemetry
         with open(self.path, "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["t_s", "switch", "counter", "index", "packets", "bytes"])
+            w.writerow([c for c, _ in P4_COUNTER_COLUMNS])
             while not self.stop_event.wait(self.period):
                 t = f"{time.monotonic() - t0:.3f}"
                 for name, sess in list(self.fabric.sessions.items()):
@@ -307,7 +307,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
         captures.start(fabric.net)  # before any traffic
         eps = fabric.start_endpoints([] if sc.extras.endpoints.dcqcn else ["--no-dcqcn"])
         runner = FlowRunner(sc.extras.flows, eps, {h.name: h.ip for h in sc.topo.hosts})
-        sampler = CounterSampler(fabric, run_dir / "p4_counters.csv", sc.extras.sample_period_s)
+        sampler = CounterSampler(fabric, run_dir / P4_COUNTERS_FILE, sc.extras.sample_period_s)
         sampler.start()
         events = sorted(
             [(f.at_s, "fault", f) for f in sc.extras.faults]
