@@ -109,7 +109,7 @@ def ecn_chart(points: list[EcnPoint], profiles: dict[int, tuple[int, int, float]
     ax.set_ylim(-0.03, 1.03)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="upper left")
     return svg_of(fig)
 
 
@@ -181,7 +181,9 @@ def topology_chart(topology: dict, loads: list[LinkLoad]) -> str:
         ax.plot([xa + dx, xb + dx], [ya, yb], color=cmap(norm(ln.utilization)), linewidth=3,
                 zorder=2)
         label = f"{ln.utilization:.0%}" + (f"\n{ln.paused:.0%} paused" if ln.paused else "")
-        ax.annotate(label, ((xa + xb) / 2 + dx, (ya + yb) / 2), fontsize=8, ha="center",
+        (xl, yl), (xu, yu) = sorted([(xa, ya), (xb, yb)], key=lambda p: p[1])
+        at = (xl + 0.35 * (xu - xl) + dx, yl + 0.35 * (yu - yl))  # off the crossings' middle
+        ax.annotate(label, at, fontsize=8, ha="center",
                     va="center", color="black", zorder=4,
                     bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
                           "alpha": 0.8})

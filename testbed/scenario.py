@@ -356,19 +356,21 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
             res.summary["deadlock"] = deadlock_summary(run_dir, stopped_at,
                                                        list(sc.cfg.qos.pfc_enable))
         (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
-        try:
-            from testbed.report import make_report
-
-            make_report(run_dir)
-        except Exception as exc:  # a report must not hide the results it reports on
-            progress(f"report not written: {exc}")
-        try:
-            from testbed.report_html import write_html_report
-
-            write_html_report(run_dir)
-        except Exception as exc:
-            progress(f"report.html not written: {exc}")
+        _write_reports(run_dir, progress)
     return res
+
+
+def _write_reports(run_dir: Path, progress) -> None:
+    """report.md and report.png, then report.html; a report must not hide the results it
+    reports on, so a failure is said and the run goes on."""
+    from testbed.report import make_report
+    from testbed.report_html import write_html_report
+
+    for name, write in (("report", make_report), ("report.html", write_html_report)):
+        try:
+            write(run_dir)
+        except Exception as exc:
+            progress(f"{name} not written: {exc}")
 
 
 def _apply_fault(fabric, f: Fault, end: bool) -> str:
