@@ -171,15 +171,19 @@ def topology_chart(topology: dict, loads: list[LinkLoad]) -> str:
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.6))
     cmap, norm = matplotlib.colormaps["viridis"], colors.Normalize(0, 1)
     seen: dict[tuple[str, str], int] = {}
+    # crossing cables' labels collide on a larger fabric: there the table beside says it all
+    label_fabric = len(topology.get("spines", [])) * len(topology.get("leaves", [])) <= 4
     for ln in loads:
         n = seen[(ln.a, ln.b)] = seen.get((ln.a, ln.b), -1) + 1  # parallel links fan out
         (xa, ya), (xb, yb) = pos[ln.a], pos[ln.b]
         dx = 0.08 * n
         if ln.paused > 0:
             ax.plot([xa + dx, xb + dx], [ya, yb], color="red", alpha=0.3,
-                    linewidth=5 + 25 * ln.paused, solid_capstyle="round", zorder=1)
+                    linewidth=4 + 14 * ln.paused, solid_capstyle="round", zorder=1)
         ax.plot([xa + dx, xb + dx], [ya, yb], color=cmap(norm(ln.utilization)), linewidth=3,
                 zorder=2)
+        if ln.tier != "host" and not label_fabric:
+            continue
         label = f"{ln.utilization:.0%}" + (f"\n{ln.paused:.0%} paused" if ln.paused else "")
         (xl, yl), (xu, yu) = sorted([(xa, ya), (xb, yb)], key=lambda p: p[1])
         at = (xl + 0.35 * (xu - xl) + dx, yl + 0.35 * (yu - yl))  # off the crossings' middle

@@ -61,7 +61,9 @@ def write_html_report(run_dir: Path) -> Path:
     s = data.summary
     subtitle = (f"{s.get('duration_s', '?')} s of traffic; results folder {run_dir.name}"
                 if s else f"results folder {run_dir.name} (no summary.json: not a scenario run)")
-    page = render_page(data.title, run_blocks(data), s.get("fidelity"), subtitle, str(run_dir))
+    verdict = s.get("fidelity") or rd.read_json(run_dir / "telemetry" / "summary.json").get(
+        "fidelity")  # a `testbed up` folder has the verdict beside its telemetry alone
+    page = render_page(data.title, run_blocks(data), verdict, subtitle, str(run_dir))
     out = run_dir / HTML_NAME
     out.write_text(page)
     return out
@@ -79,10 +81,13 @@ def run_blocks(data: rd.RunData) -> list[Block]:
     if data.topology:
         loads = rd.link_loads(data.run_dir, data.topology, queues, data.counters,
                               data.traffic_period_s)
+        table = Block("every link", kind="table", header=["link", "utilization", "paused"],
+                      rows=[[f"{ln.a} - {ln.b}", f"{ln.utilization:.0%}", f"{ln.paused:.0%}"]
+                            for ln in loads])
         blocks.append(Block("Topology", svg=rf.topology_chart(data.topology, loads), caption=(
             "Each cable coloured by its utilization over the traffic period (the busier "
             "direction); a red halo, as wide as the share of the period, where PFC paused it "
-            "(either end's class, the busiest).")))
+            "(either end's class, the busiest)."), details=[table]))
     blocks += [goodput_block(data), *queue_blocks(queues, s, data.run_dir)]
     ecn = rd.ecn_points(data.counters, queues)
     if ecn or data.ecn_profiles():
