@@ -168,9 +168,12 @@ def test_ctrl_c_leaves_no_capture_behind(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({**INCAST, "name": "capint", "duration_s": 30,
                                     "capture": ["h1", "leaf1:3"]}))
     out = tmp_path / "results"
+    # Ctrl-C at a terminal: SIGINT as its default (a shell's background job inherits it
+    # ignored, and Python then never raises KeyboardInterrupt)
     proc = subprocess.Popen([*CLI, "run", str(path), "--results", str(out)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 90
     caps: list[Path] = []
     while time.monotonic() < deadline and proc.poll() is None:
