@@ -77,7 +77,7 @@ def run_blocks(data: rd.RunData) -> list[Block]:
     """Every section of a run's page that its data can fill."""
     s = data.summary
     queues = rd.queue_series(data.telemetry)
-    blocks = [headline_table(data)]
+    blocks = headline_blocks(data)
     if data.topology:
         loads = rd.link_loads(data.run_dir, data.topology, queues, data.counters,
                               data.traffic_period_s)
@@ -114,6 +114,23 @@ def run_blocks(data: rd.RunData) -> list[Block]:
             "pcaps in the results folder: open them in Wireshark, or e.g. `tshark -r FILE -Y "
             "infiniband.bth` (RoCEv2 on UDP 4791) or `-Y macc` (PFC).")))
     return blocks
+
+
+def headline_blocks(data: rd.RunData) -> list[Block]:
+    """The summary's ``headline`` figures (testbed.headline, the figures runs are compared
+    by) as its own tables show them; a run without them gets :func:`headline_table`."""
+    h = data.summary.get("headline")
+    if not h:
+        return [headline_table(data)]
+    from testbed.headline_text import FLOW_COLUMNS, figure_rows, flow_rows
+
+    out = [Block("Headline", kind="table", header=["figure", "value"],
+                 rows=[list(r) for r in figure_rows(h)],
+                 caption="summary.json's headline: docs/RESULTS.md says what each figure is.")]
+    if h.get("flows"):
+        out.append(Block("Flows", kind="table", rows=flow_rows(h),
+                         header=["flow", "path", *(label for _, label in FLOW_COLUMNS)]))
+    return out
 
 
 def headline_table(data: rd.RunData) -> Block:
