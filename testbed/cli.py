@@ -205,14 +205,23 @@ def run(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (see scenarios/).")],
     results: Annotated[Path, typer.Option(help="Where results folders are written.")] = Path(
         "results"),
+    capture: Annotated[list[str] | None, typer.Option(
+        help="Capture a host's NIC (h1) or a switch port (leaf1:2) into captures/*.pcap, "
+             "besides the scenario's own `capture` list; repeatable.")] = None,
 ) -> None:
     """Run a scenario: fabric, QoS, watchdog, flows and faults on a timeline; write results."""
+    from testbed.capture import CaptureError, target_problem
     from testbed.scenario import load_scenario, run_scenario
 
     try:
         sc = load_scenario(scenario)
     except ConfigError as exc:
         _fail(exc.render())
+    for target in capture or []:
+        problem = target_problem(target, sc.topo)
+        if problem is not None:
+            _fail(f"--capture {target}: {problem}")
+        sc.extras.capture.append(target)
     if os.geteuid() != 0:
         _fail("the testbed needs root for namespaces and veths: run it with sudo")
     from testbed.run import interrupt_on_sigterm
@@ -224,13 +233,15 @@ def run(
 
     try:
         res = run_scenario(sc, results, progress=_progress)
-    except (SwitchStartError, ControlPlaneError, FabricError) as exc:
+    except (SwitchStartError, ControlPlaneError, FabricError, CaptureError) as exc:
         _fail(str(exc), 1)
     except KeyboardInterrupt:
         console.print("interrupted: the fabric was torn down; partial results were kept")
         raise typer.Exit(130) from None
     s = res.summary
     _say(("done", "green"), f": results in {res.results_dir}")
+    for pcap in s.get("captures", []):
+        _say(f"  capture: {res.results_dir / pcap}")
     for name, f in s.get("flows", {}).items():
         _say(f"  flow {name}: {f['src']} -> {f['dst']}, {f['bytes_received']} bytes")
     if s.get("headline"):
@@ -288,13 +299,21 @@ def compare(
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="A results folder.")]) -> None:
-    """(Re)draw a results folder's report.png and report.md."""
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A results folder.")],
+    html: Annotated[bool, typer.Option(
+        help="Also write report.html: one self-contained page, opened from disk.")] = False,
+) -> None:
+    """(Re)draw a results folder's report.png and report.md (and report.html with --html)."""
     from testbed.report import make_report
 
     if not run_dir.is_dir():
         _fail(f"no results folder at {run_dir}")
     _say(f"wrote {make_report(run_dir)}")
+    if html:
+        from testbed.report_html import write_html_report
+
+        _say(f"wrote {write_html_report(run_dir)}")
 
 
 @app.command()

@@ -4,22 +4,17 @@
 backlog of every lossless queue that held anything (the queues PFC guards), and when each
 port's class was paused (a red x where the PFC watchdog cut a queue off). Dotted lines mark the
 timeline: faults, and when the senders stopped. ``report.md`` says what ran and what came out.
+Its data comes from testbed.report_data, as report.html's does (testbed.report_html).
 """
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import defaultdict
 from pathlib import Path
 
+from testbed.report_data import busy_queues, endpoint_rows, pause_spans, queue_series
 from testbed.results import run_telemetry
-
-
-def _rows(path: Path) -> list[dict]:
-    """An endpoint's CSV (traffic.endpoint's QP_COLUMNS), as dicts of strings."""
-    with open(path) as fh:
-        return list(csv.DictReader(fh))
 
 
 def make_report(run_dir: Path) -> Path:
@@ -60,7 +55,7 @@ def _plot_goodput(ax_rate, run_dir: Path) -> None:
     for f in sorted(run_dir.glob("endpoints/*/qp_timeseries.csv")):
         host = f.parent.name
         series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for r in _rows(f):
+        for r in endpoint_rows(f):
             if r["role"] == "requester":
                 series[r["qpn"]].append((float(r["t_s"]), float(r["goodput_bps"]) / 1e6))
         for qpn, pts in series.items():
@@ -72,39 +67,22 @@ def _plot_goodput(ax_rate, run_dir: Path) -> None:
         ax_rate.legend(fontsize=7, ncol=3)
 
 
-def _plot_queues(ax_q, run_dir: Path) -> list[tuple[str, list]]:
+def _plot_queues(ax_q, run_dir: Path) -> list[tuple[str, list[tuple]]]:
     """2. the kernel backlog of each queue that held anything (agent telemetry); returns the
-    series of the queues that were ever paused, for the pause panel."""
-    paused_rows = []
-    queues: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    for r in run_telemetry(run_dir):
-        queues[f"{r.switch}:{r.port} tc{r.tc}"].append((r.t_s, r.backlog_bytes / 1000,
-                                                       int(r.paused)))
-    for key, pts in queues.items():
-        if any(b for _, b, _ in pts):
-            ax_q.plot([t for t, _, _ in pts], [b for _, b, _ in pts], label=key)
-        if any(p for _, _, p in pts):
-            paused_rows.append((key, pts))
+    pause spans of the queues that were ever paused, for the pause panel."""
+    queues = queue_series(run_telemetry(run_dir))
+    for s in busy_queues(queues):
+        ax_q.plot(s.t, s.y, label=s.label)
     ax_q.set_ylabel("kernel backlog (KB)")
     ax_q.set_title("switch queues that held packets")
     if ax_q.lines:
         ax_q.legend(fontsize=7, ncol=3)
-    return paused_rows
+    return pause_spans(queues)
 
 
-def _plot_pauses(ax_p, paused_rows: list[tuple[str, list]]) -> None:
+def _plot_pauses(ax_p, paused_rows: list[tuple[str, list[tuple]]]) -> None:
     """3. when each queue was paused by PFC, one row per queue."""
-    for i, (_key, pts) in enumerate(paused_rows):
-        spans = []
-        start = None
-        for t, _, p in pts:
-            if p and start is None:
-                start = t
-            elif not p and start is not None:
-                spans.append((start, t - start))
-                start = None
-        if start is not None:
-            spans.append((start, pts[-1][0] - start))
+    for i, (_key, spans) in enumerate(paused_rows):
         ax_p.broken_barh(spans, (i - 0.4, 0.8))
     ax_p.set_yticks(range(len(paused_rows)), [k for k, _ in paused_rows], fontsize=7)
     ax_p.set_title("paused by PFC")

@@ -60,6 +60,11 @@ EVENT_COLUMNS = [
     ("reaction_us", "frame received by the kernel to gate command issued"),
     ("detail", "watchdog: the action taken, the packets dropped"),
 ]
+P4_COUNTER_COLUMNS = [
+    ("t_s", "seconds on the run's clock"), ("switch", "switch"),
+    ("counter", "the P4 counter's name (e.g. RoceIngress.lossless.ecn_marked)"),
+    ("index", "the cell: a port, or port * 8 + class, or port * 16 + drop reason"),
+    ("packets", "packets counted so far"), ("bytes", "bytes counted so far")]
 CPU_COLUMNS = [("t_s", "seconds on the run's clock"),
                ("busy_pct", "the least busy core's share of the period spent busy (%): 100 "
                             "means every core was saturated"),
@@ -187,6 +192,22 @@ class CpuRow:
         "t_s": float, "busy_pct": float, "mean_pct": float}
 
 
+@dataclass(frozen=True, slots=True)
+class P4CounterRow:
+    """One P4 counter cell at one sample (``p4_counters.csv``): see :data:`P4_COUNTER_COLUMNS`."""
+
+    t_s: float
+    switch: str
+    counter: str
+    index: int
+    packets: int
+    bytes: int
+
+    WRITE: ClassVar[dict[str, Callable[[Any], str]]] = {}
+    READ: ClassVar[dict[str, Callable[[str], Any]]] = {
+        "t_s": float, "switch": str, "counter": str}
+
+
 @dataclass(frozen=True)
 class PfcwdQueue:
     """The PFC watchdog's view of one lossless queue."""
@@ -210,7 +231,7 @@ class PfcwdState:
     queues: list[PfcwdQueue]
 
 
-Row = TypeVar("Row", TelemetryRow, EventRow, CpuRow)
+Row = TypeVar("Row", TelemetryRow, EventRow, CpuRow, P4CounterRow)
 
 
 # -- writers ------------------------------------------------------------------------------------
@@ -307,6 +328,16 @@ def run_cpu(run_dir: Path | str) -> list[CpuRow] | None:
     """The CPU samples of a results folder, None if it has none."""
     path = Path(run_dir) / TELEMETRY_DIR / CPU_FILE
     return read_cpu(path) if path.exists() else None
+
+
+#: The results folder's sampled P4 counters (written by testbed.scenario's CounterSampler).
+P4_COUNTERS_FILE = "p4_counters.csv"
+
+
+def run_p4_counters(run_dir: Path | str) -> list[P4CounterRow]:
+    """Every P4 counter sample of a results folder (none if the run sampled none)."""
+    path = Path(run_dir) / P4_COUNTERS_FILE
+    return read_csv(path, P4CounterRow) if path.exists() else []
 
 
 def pfcwd_states(runtime_dir: Path | str) -> list[PfcwdState]:

@@ -17,6 +17,7 @@ fidelity), plus:
       - {at_s: 5, link_up: [spine1, leaf3]}
       - {at_s: 2, host: h4, mode: storm, tc: 3, until_s: 8}
       - {at_s: 2, host: h2, mode: slow_receiver, max_rx_pps: 50}
+    capture: [h1, leaf1:2]    # pcaps of h1's NIC and leaf1's port 2 (testbed.capture)
 
 Parallel links between a spine and a leaf are numbered 1..parallel_links in the order of their
 port numbers (link 1 is the lowest port at both ends); a third element names one of them.
@@ -41,9 +42,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed.analysis import deadlock_summary
+from testbed.capture import Captures
 from testbed.config import ConfigError, FabricConfig
 from testbed.measure import counter_cells
-from testbed.results import run_events
+from testbed.results import P4_COUNTER_COLUMNS, P4_COUNTERS_FILE, run_events
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowRunner, FlowSpec
@@ -114,6 +116,15 @@ class ScenarioExtras(BaseModel):
     routes: list[RouteOverride] = Field(default_factory=list)
     flows: list[FlowSpec] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
+    capture: list[str] = Field(
+        default_factory=list, description="Packet captures: a host (h1) or a switch port "
+        "(leaf1:2), each written to captures/ as a pcap (testbed.capture).")
+    capture_max_mb: float = Field(
+        20.0, gt=0, le=2000, description="Each capture stops growing at this size (MB); a "
+        "real capture's ring buffer or file limit (dumpcap -a filesize).")
+    capture_snaplen_bytes: int = Field(
+        256, ge=64, le=65535, description="Bytes kept of each frame: Ethernet, IPv4, UDP and "
+        "the RoCE headers (BTH, RETH, AETH) fit; tcpdump's -s.")
 
 
 #: The fabric config's own sections, one definition: FabricConfig's fields.
@@ -152,7 +163,7 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
         raise ConfigError(problems, source)
     topo = build_topology(cfg)
     problems = (_flow_problems(cfg, extras, topo) + _fault_problems(extras, topo)
-                + _route_problems(extras, topo))
+                + _route_problems(extras, topo) + _capture_problems(extras, topo))
     if problems:
         raise ConfigError(problems, source)
     return Scenario(cfg, extras, topo, source)
@@ -226,6 +237,13 @@ def _route_problems(extras: ScenarioExtras, topo: Topology) -> list[str]:
     return problems
 
 
+def _capture_problems(extras: ScenarioExtras, topo: Topology) -> list[str]:
+    from testbed.capture import target_problem
+
+    return [f"capture.{i}: {msg}" for i, t in enumerate(extras.capture)
+            if (msg := target_problem(t, topo)) is not None]
+
+
 # -- running ----------------------------------------------------------------------------------
 
 @dataclass
@@ -251,7 +269,7 @@ class CounterSampler(threading.Thread):
         t0 = self.fabric.t0  # the run's clock, shared with the agents' telemetry
         with open(self.path, "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["t_s", "switch", "counter", "index", "packets", "bytes"])
+            w.writerow([c for c, _ in P4_COUNTER_COLUMNS])
             while not self.stop_event.wait(self.period):
                 t = f"{time.monotonic() - t0:.3f}"
                 for name, sess in list(self.fabric.sessions.items()):
@@ -282,11 +300,14 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
     timeline: list[dict] = []
     sampler = None
     stopped_at: float | None = None
+    captures = Captures(sc.extras.capture, run_dir, run.state, sc.extras.capture_max_mb,
+                        sc.extras.capture_snaplen_bytes)
     try:
         fabric.start()
+        captures.start(fabric.net)  # before any traffic
         eps = fabric.start_endpoints([] if sc.extras.endpoints.dcqcn else ["--no-dcqcn"])
         runner = FlowRunner(sc.extras.flows, eps, {h.name: h.ip for h in sc.topo.hosts})
-        sampler = CounterSampler(fabric, run_dir / "p4_counters.csv", sc.extras.sample_period_s)
+        sampler = CounterSampler(fabric, run_dir / P4_COUNTERS_FILE, sc.extras.sample_period_s)
         sampler.start()
         events = sorted(
             [(f.at_s, "fault", f) for f in sc.extras.faults]
@@ -323,6 +344,8 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
         if sampler is not None:
             sampler.stop_event.set()
             sampler.join(timeout=5)
+        if captures.targets:
+            res.summary["captures"] = captures.stop()
         fabric.stop()
         tel = run.telemetry_summary()
         if tel is not None:  # the fidelity guard's verdict, written as the fabric stopped
@@ -334,12 +357,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
                                                        list(sc.cfg.qos.pfc_enable))
         _add_headline(run_dir, res.summary, progress)
         (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
-        try:
-            from testbed.report import make_report
-
-            make_report(run_dir)
-        except Exception as exc:  # a report must not hide the results it reports on
-            progress(f"report not written: {exc}")
+        _write_reports(run_dir, progress)
     return res
 
 
@@ -351,6 +369,19 @@ def _add_headline(run_dir: Path, summary: dict, progress) -> None:
         summary["headline"] = compute_headline(run_dir, summary)
     except Exception as exc:  # the figures must not hide the results they come from
         progress(f"headline figures not computed: {exc}")
+
+
+def _write_reports(run_dir: Path, progress) -> None:
+    """report.md and report.png, then report.html; a report must not hide the results it
+    reports on, so a failure is said and the run goes on."""
+    from testbed.report import make_report
+    from testbed.report_html import write_html_report
+
+    for name, write in (("report", make_report), ("report.html", write_html_report)):
+        try:
+            write(run_dir)
+        except Exception as exc:
+            progress(f"{name} not written: {exc}")
 
 
 def _apply_fault(fabric, f: Fault, end: bool) -> str:
