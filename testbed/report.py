@@ -13,7 +13,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from testbed.report_data import busy_queues, endpoint_rows, pause_spans, queue_series
+from testbed.endpoint_results import endpoint_hosts, read_qp_series
+from testbed.report_data import busy_queues, pause_spans, queue_series
 from testbed.results import run_telemetry
 
 
@@ -52,12 +53,11 @@ def make_report(run_dir: Path) -> Path:
 
 def _plot_goodput(ax_rate, run_dir: Path) -> None:
     """1. goodput per sending QP (endpoint time series)."""
-    for f in sorted(run_dir.glob("endpoints/*/qp_timeseries.csv")):
-        host = f.parent.name
-        series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for r in endpoint_rows(f):
-            if r["role"] == "requester":
-                series[r["qpn"]].append((float(r["t_s"]), float(r["goodput_bps"]) / 1e6))
+    for host in endpoint_hosts(run_dir):
+        series: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        for r in read_qp_series(run_dir, host):
+            if r.role == "requester":
+                series[r.qpn].append((r.t_s, r.goodput_bps / 1e6))
         for qpn, pts in series.items():
             if any(v for _, v in pts):
                 ax_rate.plot([t for t, _ in pts], [v for _, v in pts], label=f"{host} QP {qpn}")

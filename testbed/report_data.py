@@ -8,13 +8,13 @@ MESSAGE_COLUMNS); nothing here draws.
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.constants import NUM_TCS
+from testbed.endpoint_results import endpoint_hosts, read_messages, read_qp_series
 from testbed.results import P4CounterRow, TelemetryRow, run_p4_counters, run_telemetry
 
 #: The P4 counters the reports read (testbed.scenario.CounterSampler samples them).
@@ -23,12 +23,6 @@ TX_PORT_TC = "RoceEgress.tx_port_tc"
 RX_PORT = "RoceIngress.rx_port"
 #: An interval of the counters with fewer packets than this gives no mark fraction (noise).
 ECN_MIN_PACKETS = 5
-
-
-def endpoint_rows(path: Path) -> list[dict]:
-    """An endpoint's CSV (qp_timeseries.csv or messages.csv), as dicts of strings."""
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def read_json(path: Path) -> dict:
@@ -77,14 +71,13 @@ def goodput(run_dir: Path, summary: dict) -> tuple[list[Series], dict[str, list[
     owner = qp_flows(summary)
     per_qp: dict[str, dict[str, Series]] = defaultdict(dict)
     per_flow: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    for f in sorted(run_dir.glob("endpoints/*/qp_timeseries.csv")):
-        host = f.parent.name
-        for r in endpoint_rows(f):
-            if r["role"] != "requester":
+    for host in endpoint_hosts(run_dir):
+        for r in read_qp_series(run_dir, host):
+            if r.role != "requester":
                 continue
-            flow = owner.get((host, int(r["qpn"])), f"{host}")
-            t, mbps = float(r["t_s"]), float(r["goodput_bps"]) / 1e6
-            s = per_qp[flow].setdefault(r["qpn"], Series(f"{flow} QP {r['qpn']}"))
+            flow = owner.get((host, r.qpn), f"{host}")
+            t, mbps = r.t_s, r.goodput_bps / 1e6
+            s = per_qp[flow].setdefault(str(r.qpn), Series(f"{flow} QP {r.qpn}"))
             s.t.append(t)
             s.y.append(mbps)
             per_flow[flow][t] += mbps
@@ -131,12 +124,12 @@ def host_pause_spans(run_dir: Path) -> list[tuple[str, list[tuple]]]:
     per-QP ``paused_s`` (seconds its class was paused so far): a sample interval over which
     it grew counts as paused, from the sample before."""
     out = []
-    for f in sorted(run_dir.glob("endpoints/*/qp_timeseries.csv")):
-        by_class: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        first_qp: dict[str, str] = {}
-        for r in endpoint_rows(f):
-            if first_qp.setdefault(r["tc"], r["qpn"]) == r["qpn"]:  # one QP per class
-                by_class[r["tc"]].append((float(r["t_s"]), float(r["paused_s"])))
+    for host in endpoint_hosts(run_dir):
+        by_class: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        first_qp: dict[int, int] = {}
+        for r in read_qp_series(run_dir, host):
+            if first_qp.setdefault(r.tc, r.qpn) == r.qpn:  # one QP per class
+                by_class[r.tc].append((r.t_s, r.paused_s))
         for tc, pts in sorted(by_class.items()):
             spans: list[tuple[float, float]] = []
             for (t0, p0), (t1, p1) in zip(pts, pts[1:], strict=False):
@@ -147,7 +140,7 @@ def host_pause_spans(run_dir: Path) -> list[tuple[str, list[tuple]]]:
                 else:
                     spans.append((t0, t1 - t0))
             if spans:
-                out.append((f"{f.parent.name} NIC tc{tc}", spans))
+                out.append((f"{host} NIC tc{tc}", spans))
     return out
 
 
@@ -196,9 +189,8 @@ def link_loads(run_dir: Path, topology: dict, queues: dict[str, list[TelemetryRo
         sent[(last.switch, last.port)] += last.sent_bytes
         paused[(last.switch, last.port)] = max(paused[(last.switch, last.port)], last.paused_s)
     rx = {k: cells[-1].bytes for k, cells in _counter_cells(counters, RX_PORT).items()}
-    host_paused = {f.parent.name: max((float(r["paused_s"]) for r in endpoint_rows(f)),
-                                      default=0.0)
-                   for f in run_dir.glob("endpoints/*/qp_timeseries.csv")}
+    host_paused = {host: max((r.paused_s for r in read_qp_series(run_dir, host)), default=0.0)
+                   for host in endpoint_hosts(run_dir)}
     period = max(period_s, 1e-9)
     out = []
     for ln in topology.get("links", []):
@@ -220,11 +212,9 @@ def fct_by_flow(run_dir: Path, summary: dict) -> dict[str, list[float]]:
     """Each flow's message completion times (s), sorted; flows without any are left out."""
     owner = qp_flows(summary)
     out: dict[str, list[float]] = defaultdict(list)
-    for f in sorted(run_dir.glob("endpoints/*/messages.csv")):
-        host = f.parent.name
-        for r in endpoint_rows(f):
-            if r.get("fct_s"):
-                out[owner.get((host, int(r["qpn"])), host)].append(float(r["fct_s"]))
+    for host in endpoint_hosts(run_dir):
+        for r in read_messages(run_dir, host):
+            out[owner.get((host, r.qpn), host)].append(r.fct_s)
     return {k: sorted(v) for k, v in out.items() if v}
 
 

@@ -37,7 +37,7 @@ FLOWS = [
 FINAL = {"a": 1_000_000, "b": 500_000, "victim": 250_000}
 
 
-def _qp_row(t: float, qpn: int, role: str, nbytes: int, **extra) -> list:
+def qp_row(t: float, qpn: int, role: str, nbytes: int, **extra) -> list:
     row = {"t_s": f"{t:.4f}", "qpn": qpn, "role": role, "tc": 3, "rate_bps": "",
            "target_bps": "", "alpha": "", "goodput_bps": "0", "bytes": nbytes,
            "packets_sent": 0, "retransmitted": 0, "naks": 0, "timeouts": 0,
@@ -56,10 +56,10 @@ def _write_endpoints(d: Path) -> None:
         final = FINAL[spec.name]
         extra = {"cnps_sent": 6, "ce_marked": 8} if spec.name == "a" else {}
         for t, part in ((1.5, final // 4), (2.5, final // 2), (3.0, final), (3.5, final)):
-            rows[spec.dst].append(_qp_row(t, q.responder_qpn, "responder", part,
+            rows[spec.dst].append(qp_row(t, q.responder_qpn, "responder", part,
                                           goodput_bps=str(part * 8), **extra))
             paused = "0.8000" if spec.src == "h3" and t >= 3 else "0.0000"
-            rows[spec.src].append(_qp_row(t, q.requester_qpn, "requester", part,
+            rows[spec.src].append(qp_row(t, q.requester_qpn, "requester", part,
                                           paused_s=paused))
         if spec.name == "a":
             for i, fct in enumerate((0.1, 0.2, 0.3, 0.4), 1):

@@ -3,6 +3,7 @@ Chromium (every figure rendered, no console error, no request but data: and file
 
 from __future__ import annotations
 
+import csv
 import re
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from testbed.report_figures import line_chart, red_curve
 from testbed.report_html import Block, render_page, write_html_report
 from testbed.results import P4CounterRow, TelemetryRow
 from tests.browser import Browser, chromium
+from tests.synthetic_run import qp_row
+from traffic.endpoint_telemetry import QP_COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "testbed.cli"]
@@ -68,10 +71,12 @@ def test_pause_spans_follow_the_paused_samples() -> None:
 def test_host_pause_spans_from_the_endpoints_paused_seconds(tmp_path: Path) -> None:
     d = tmp_path / "endpoints" / "h1"
     d.mkdir(parents=True)
-    lines = ["t_s,qpn,role,tc,paused_s"] + [
-        f"{t},{q},requester,3,{p}" for t, p in ((0.0, 0), (0.1, 0.05), (0.2, 0.1), (0.3, 0.1))
-        for q in (4096, 4097)]
-    (d / "qp_timeseries.csv").write_text("\n".join(lines) + "\n")
+    rows = [qp_row(t, q, "requester", 0, paused_s=str(p))
+            for t, p in ((0.0, 0), (0.1, 0.05), (0.2, 0.1), (0.3, 0.1)) for q in (4096, 4097)]
+    with open(d / "qp_timeseries.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([c for c, _ in QP_COLUMNS])
+        w.writerows(rows)
     assert host_pause_spans(tmp_path) == [("h1 NIC tc3", [(0.0, pytest.approx(0.2))])]
 
 
