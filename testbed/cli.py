@@ -362,6 +362,9 @@ def provision(
              "repository (machines without internet).")] = None,
     bmv2_fast_archive: Annotated[Path | None, typer.Option(
         help="Also install BMv2's fast build (no logging, -O3) from this .tar.zst.")] = None,
+    bmv2_fast_source: Annotated[Path | None, typer.Option(
+        help="Or build it from this behavioral-model source checkout (about half an hour).")]
+        = None,
 ) -> None:
     """Provision this machine with playbooks/site.yml (through ansible-runner)."""
     from testbed.provision import PLAYBOOK, run_playbook
@@ -371,9 +374,10 @@ def provision(
         _fail(f"--playbook: no such file {book}")
     extravars: dict[str, str] = {}
     for var, given in (("p4_toolchain_archive", toolchain_archive),
-                       ("p4_bmv2_fast_archive", bmv2_fast_archive)):
+                       ("p4_bmv2_fast_archive", bmv2_fast_archive),
+                       ("p4_bmv2_fast_source", bmv2_fast_source)):
         if given is not None:
-            if not given.is_file():
+            if not (given.is_dir() if var.endswith("source") else given.is_file()):
                 _fail(f"--{var.removeprefix('p4_').replace('_', '-')}: no such file {given}")
             extravars[var] = str(given.resolve())
     if os.geteuid() != 0:

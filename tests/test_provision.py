@@ -71,9 +71,11 @@ def test_a_failing_task_is_reported_by_name(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("option", ["--toolchain-archive", "--bmv2-fast-archive"])
+@pytest.mark.parametrize("option", ["--toolchain-archive", "--bmv2-fast-archive",
+                                    "--bmv2-fast-source"])
 def test_a_missing_archive_is_named_in_one_line(option: str) -> None:
-    """The CLI checks the file before anything runs (and before asking for root)."""
+    """The CLI checks the file (or source folder) before anything runs (and before asking for
+    root)."""
     r = subprocess.run([*CLI, "provision", "--check", "--skip-tags", "p4repo", option,
                         "/nonexistent.tar.zst"], capture_output=True, text=True, timeout=120,
                        cwd=REPO)
