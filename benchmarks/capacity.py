@@ -183,6 +183,11 @@ def judge(cfg, run_dir: Path, assignments, recv: dict, counters, done: bool, per
         "utilization": round(util, 3), "elapsed_s": round(m["elapsed_s"], 2),
         "agents_cpu_cores": round(m["cpu_s"]["agents"] / m["elapsed_s"], 3),
         "endpoint_cpu_us_per_pkt": round(m["cpu_s"]["endpoints"] * 1e6 / delivered_pkts, 1),
+        "undelivered": {"flows_done": done, "qps": len(qps), "short_qps": sum(
+            q.get("bytes") != per_qp for q in qps), "out_of_order": sum(
+            q.get("out_of_order", 0) for q in qps), "naks": sum(
+            q.get("naks_sent", 0) for q in qps), "corrupt": sum(
+            q.get("corrupt", 0) for q in qps)} if bad_qps or not done else None,
         "fidelity_ok": tel.get("fidelity", {}).get("ok"),
         "fidelity_reasons": tel.get("fidelity", {}).get("reasons"),
     }
