@@ -155,9 +155,9 @@ def dcqcn_reacted(ctx: Context, run: RunData, flows: list[str],
             return failed(f"flow {f}'s rate never fell below {max_rate_fraction:.0%} of the "
                           "line rate", "the flows must share one receiver, as the sheet says")
     states = [dcqcn_state(run, f) for f in flows]
-    return passed("CNPs " + ", ".join(f"{f}: {s['cnps']}" for f, s in zip(flows, states))
-                  + "; lowest rate " + ", ".join(f"{s['rate_min_bps'] / 1e6:.1f}"
-                                                  for s in states) + " Mbit/s")
+    cnps = ", ".join(f"{f}: {s['cnps']}" for f, s in zip(flows, states, strict=True))
+    low = ", ".join(f"{s['rate_min_bps'] / 1e6:.1f}" for s in states)
+    return passed(f"CNPs {cnps}; lowest rate {low} Mbit/s")
 
 
 @check("alone_at_line_rate")
@@ -184,8 +184,8 @@ def fair_share(ctx: Context, run: RunData, flows: list[str], from_s: float, to_s
         return failed(f"no flow named {', '.join(missing)}", f"name the flows {', '.join(flows)}")
     rates = [goodput_bps(run, f, from_s, to_s) for f in flows]
     idx = jain(rates)
-    msg = (f"Jain's index {idx:.2f} over {from_s:g}-{to_s:g} s ("
-           + ", ".join(f"{f} {r / 1e6:.1f}" for f, r in zip(flows, rates)) + " Mbit/s)")
+    each = ", ".join(f"{f} {r / 1e6:.1f}" for f, r in zip(flows, rates, strict=True))
+    msg = f"Jain's index {idx:.2f} over {from_s:g}-{to_s:g} s ({each} Mbit/s)"
     if idx < min_index or min(rates) == 0:
         return failed(msg, "all flows must be sending then, to one receiver, with DCQCN on")
     return passed(msg)
