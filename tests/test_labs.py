@@ -233,6 +233,10 @@ def test_dcqcn_checks(tmp_path: Path) -> None:
     assert not v["reacted"].ok and "dcqcn: true" in v["reacted"].hint
 
 
+def _by_id(lines: list) -> dict:
+    return {ln.spec.id: ln.verdict for ln in lines}
+
+
 def test_deadlock_check_needs_the_frozen_queues(tmp_path: Path) -> None:
     stuck = [{"switch": "spine1", "port": 2, "tc": 3, "backlog_bytes_min": 90000,
               "pfc_frames": 12, "window_s": 3.0}] * 3
@@ -241,12 +245,24 @@ def test_deadlock_check_needs_the_frozen_queues(tmp_path: Path) -> None:
     fake_run(tmp_path / "a", "lab06-deadlock", sc, flows,
              deadlock={"deadlock": True, "stuck_after_stop": stuck, "window_s": [6, 9],
                        "watchdog_detections": []})
-    assert grade(find_lab(6), tmp_path, tmp_path / "a")[0].verdict.ok
+    assert _by_id(grade(find_lab(6), tmp_path, tmp_path / "a"))["frozen"].ok
     fake_run(tmp_path / "b", "lab06-deadlock", sc, flows,
              deadlock={"deadlock": False, "stuck_after_stop": [], "window_s": [6, 9],
                        "watchdog_detections": []})
-    v = grade(find_lab(6), tmp_path, tmp_path / "b")[0].verdict
+    v = _by_id(grade(find_lab(6), tmp_path, tmp_path / "b"))["frozen"]
     assert not v.ok and "no deadlock" in v.reason and "cycle" in v.hint
+
+
+def test_cycle_check_reads_the_routes_of_the_run(tmp_path: Path) -> None:
+    """The routes of the reference solution close the cycle; the broken one's do not, and its
+    reason shows each flow's path."""
+    lab = find_lab(6)
+    for variant, ok in (("solution", True), ("broken", False)):
+        sc = yaml.safe_load((lab.path / variant / "deadlock.yaml").read_text())
+        fake_run(tmp_path / variant, "lab06-deadlock", sc, flow("a", "h1", "h3", 1, 100_000))
+        v = {ln.spec.id: ln.verdict for ln in grade(lab, tmp_path, tmp_path / variant)}
+        assert v["cycle"].ok is ok, v["cycle"]
+    assert "b: leaf2 -> spine1 -> leaf4" in v["cycle"].reason
 
 
 def test_watchdog_checks(tmp_path: Path) -> None:

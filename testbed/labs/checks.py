@@ -30,13 +30,18 @@ def _one(ctx: Context, spec: CheckSpec) -> Verdict:
         v = fn(ctx, run, **spec.args)
     except MissingRun as exc:
         return Verdict(False, f"no run of scenario {exc.args[0]} in the results folder",
-                       f"run it: sudo testbed run {_file_of(ctx, exc.args[0])} "
-                       "--results results")
+                       f"run it: {_where(ctx)}sudo testbed run {_file_of(ctx, exc.args[0])}")
     except (ConfigError, KeyError, ValueError) as exc:
         return Verdict(False, f"cannot grade: {exc}", "see the lab sheet's steps")
     if run is not None and v.warning is None and (w := run.fidelity_warning()):
         v = Verdict(v.ok, v.reason, v.hint, w)
     return v
+
+
+def _where(ctx: Context) -> str:
+    """Where to run a scenario so that its results land in the folder the checker reads."""
+    here = ctx.folder.resolve() == Path.cwd().resolve()
+    return "" if here else f"cd {ctx.folder} && "
 
 
 def _file_of(ctx: Context, scenario: str) -> str:

@@ -4,9 +4,12 @@ stuck after the senders stopped, every watchdog detection: testbed.analysis) and
 
 from __future__ import annotations
 
+from testbed.config import ConfigError
+from testbed.labs.cycles import find_cycle, flow_paths, wait_for
 from testbed.labs.evidence import RunData
 from testbed.labs.verdict import Context, Verdict, check, failed, moved, passed
 from testbed.results import run_events
+from testbed.scenario import parse_scenario
 
 
 def _deadlock(run: RunData) -> dict:
@@ -35,6 +38,29 @@ def deadlock_formed(ctx: Context, run: RunData, min_queues: int = 2) -> Verdict:
                       "stuck): no deadlock", hint)
     return passed(f"deadlock: {len(stuck)} queues stayed full with nothing sent from "
                   f"{dl['window_s'][0]} s to {dl['window_s'][1]} s ({_stuck_names(dl)})")
+
+
+@check("routes_form_cycle")
+def routes_form_cycle(ctx: Context, run: RunData) -> Verdict:
+    """The routes the run used (its failed links, static routes and flows) make a cycle of
+    buffers that wait on one another: worked out from the scenario alone (testbed.labs.cycles),
+    whatever the run then did."""
+    try:
+        sc = parse_scenario({**run.scenario.get("config", {}),
+                             **{k: v for k, v in run.scenario.items() if k != "config"}})
+    except ConfigError as exc:
+        return failed(f"the run's scenario does not load: {exc.problems[0]}",
+                      "run the lab's scenario file")
+    cycle = find_cycle(wait_for(sc))
+    if not cycle:
+        paths = "; ".join(f"{f.name}: " + " | ".join(" -> ".join(p) for p in
+                                                     flow_paths(sc, f.src, f.dst))
+                          for f in sc.extras.flows[:2])
+        return failed(f"the flows' paths make no cycle of buffers ({paths})",
+                      "route flow a through leaf2 and flow b through leaf1, so that the "
+                      "queues leaf1->spine1, spine1->leaf2, leaf2->spine2, spine2->leaf1 each "
+                      "wait on the next")
+    return passed("a cycle of buffers: " + ", ".join(f"{a}->{b}" for a, b in cycle))
 
 
 def _watchdog(run: RunData) -> dict:

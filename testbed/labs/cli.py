@@ -52,7 +52,7 @@ def list_labs() -> None:
 @lab_app.command("show")
 def show(number: int) -> None:
     """Print lab N's sheet."""
-    out.print(Markdown(_lab(number).sheet.read_text()))
+    Console().print(Markdown(_lab(number).sheet.read_text()))  # wrapped to the terminal
 
 
 def copy_starter(lab: Lab, folder: Path, owner: tuple[int, int] | None = None) -> list[Path]:
