@@ -24,7 +24,10 @@ def unknown_checks(lab: Lab) -> list[str]:
 
 
 def _one(ctx: Context, spec: CheckSpec) -> Verdict:
-    fn = CHECKS[spec.check]
+    fn = CHECKS.get(spec.check)
+    if fn is None:
+        return Verdict(False, f"lab.yaml names a check that does not exist: {spec.check}",
+                       "this copy of the labs is newer than the testbed: update it")
     try:
         run = ctx.run(spec.run) if spec.run else None
         v = fn(ctx, run, **spec.args)

@@ -122,10 +122,37 @@ def uplinks_figure(runs: list[tuple[str, RunData]], leaf: str, path: Path) -> Pa
     return path
 
 
+def dcqcn_figure(run: RunData, path: Path) -> Path:
+    """Each flow's DCQCN state over the run: its current rate RC and its alpha."""
+    from testbed.labs.flows import run_start
+
+    plt = _pyplot()
+    fig, (ax_r, ax_a) = plt.subplots(2, 1, figsize=(7, 4.2), sharex=True)
+    t0 = run_start(run)
+    for name, f in run.summary.get("flows", {}).items():
+        qpns = {str(q["qpn"]) for q in f["qps"]}
+        rows = [r for r in run.qp_series(f["src"]) if r["role"] == "requester"
+                and r["qpn"] in qpns and r.get("rate_bps")]
+        ts = [float(r["t_s"]) - t0 for r in rows]
+        ax_r.plot(ts, [float(r["rate_bps"]) / 1e6 for r in rows], label=name)
+        ax_a.plot(ts, [float(r["alpha"]) for r in rows], label=name)
+    ax_r.set_ylabel("rate RC (Mbit/s)")
+    ax_a.set_ylabel("alpha")
+    ax_a.set_xlabel("seconds after the run's start")
+    ax_r.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str]) -> None:
     """fabric FABRIC.yaml OUT.png | red RECEIVER OUT.png LABEL=RUN... | uplinks LEAF OUT.png
-    LABEL=RUN..."""
+    LABEL=RUN... | dcqcn RUN OUT.png"""
     kind = argv[0]
+    if kind == "dcqcn":
+        dcqcn_figure(RunData.load(Path(argv[1])), Path(argv[2]))
+        return
     if kind == "fabric":
         from testbed.topology import build_topology
         from testbed.validate import load_config
