@@ -340,6 +340,20 @@ def test_lab_list_show_start_check(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert res.exit_code == 1 and "FAIL" in res.output and "hint:" in res.output
 
 
+def test_start_under_sudo_gives_the_files_to_the_student(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    owned: dict[str, tuple[int, int]] = {}
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "chown", lambda p, u, g: owned.__setitem__(Path(p).name, (u, g)))
+    monkeypatch.setenv("SUDO_UID", "4242")
+    monkeypatch.setenv("SUDO_GID", "4343")
+    res = runner.invoke(app, ["lab", "start", "6", str(tmp_path / "mine")])
+    assert res.exit_code == 0, res.output
+    assert owned == {"mine": (4242, 4343), "deadlock.yaml": (4242, 4343)}
+
+
 def test_unknown_lab_is_one_line(tmp_path: Path) -> None:
     res = runner.invoke(app, ["lab", "show", "99"])
     assert res.exit_code == 2 and "there is no lab 99" in res.output
