@@ -66,6 +66,8 @@ def test_sheet_has_the_sections_in_order(lab: Lab) -> None:
     text = lab.sheet.read_text()
     assert re.search(r"!\[[^\]]+\]\(figures/[^)]+\.png\)", text), "no figure in the sheet"
     assert "instructor.md" in text
+    n = len(lab.spec.checks)
+    assert f"`{n} of {n} passed`" in text, "the sheet must say what a full pass prints"
     head = (lab.path / "instructor.md").read_text()
     assert "## Answers" in head and "## Common mistakes" in head
 
