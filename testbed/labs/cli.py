@@ -86,7 +86,11 @@ def start(number: int,
     """Copy lab N's starter files into a working folder that the student owns."""
     lab = _lab(number)
     folder = folder or default_folder(number)
-    made = copy_starter(lab, folder, _sudo_owner())
+    try:
+        made = copy_starter(lab, folder, _sudo_owner())
+    except OSError as exc:
+        _fail(f"cannot make {folder}: {exc.strerror}")
+        return
     kept = [n for n in lab.spec.files if folder / n not in made]
     out.print(f"lab {lab.number}: {lab.spec.title} -> {folder}/")
     for p in made:
