@@ -112,8 +112,10 @@ def uplinks_figure(runs: list[tuple[str, RunData]], leaf: str, path: Path) -> Pa
         ports = sorted(up)
         ax.bar([p + i * width for p in range(len(ports))], [up[p] / 1e6 for p in ports],
                width, label=label)
+        peers = {q["number"]: q["peer"] for sw in run.topology.get("leaves", [])
+                 if sw["name"] == leaf for q in sw["ports"]}
         ax.set_xticks([p + width / 2 for p in range(len(ports))],
-                      [f"{leaf} port {p}" for p in ports])
+                      [f"{leaf} port {p} (to {peers.get(p, '?')})" for p in ports])
     ax.set_ylabel("MB sent up")
     ax.legend(fontsize=8)
     fig.tight_layout()
