@@ -4,13 +4,9 @@ runs' results folders; none passes a run that did not show its phenomenon."""
 
 from __future__ import annotations
 
-from testbed.labs.evidence import RunData
+from testbed.labs.evidence import RunData, marked_fraction, uplink_bytes
 from testbed.labs.flows import dcqcn_state, goodput_bps, jain
 from testbed.labs.verdict import Context, Verdict, check, failed, moved, passed
-
-TX_TC = "RoceEgress.tx_port_tc"
-ECN_MARKED = "RoceIngress.lossless.ecn_marked"
-NUM_TCS = 8
 
 
 def _retransmitted(run: RunData) -> int:
@@ -84,15 +80,6 @@ def lossy_drops(ctx: Context, run: RunData) -> Verdict:
                   "(Go-Back-N resends everything after a lost packet)")
 
 
-def _marking(run: RunData, receiver: str, tc: int) -> tuple[float, int]:
-    """The fraction of packets marked at the receiver's leaf port (class tc), and the packets."""
-    h = run.host(receiver)
-    idx = h["leaf_port"] * NUM_TCS + tc
-    sent = run.counters.get((h["leaf"], TX_TC, idx), (0, 0))[0]
-    marked = run.counters.get((h["leaf"], ECN_MARKED, idx), (0, 0))[0]
-    return (marked / sent if sent else 0.0), sent
-
-
 def _profile(run: RunData, tc: int) -> dict | None:
     return run.config.get("qos", {}).get("ecn", {}).get(str(tc))
 
@@ -102,7 +89,7 @@ def marks_seen(ctx: Context, run: RunData, receiver: str, tc: int = 3) -> Verdic
     """The baseline: a standing queue at the receiver's port, and some of its packets marked."""
     if (bad := moved(run)) is not None:
         return bad
-    frac, sent = _marking(run, receiver, tc)
+    frac, sent = marked_fraction(run, receiver, tc)
     if sent == 0 or frac == 0:
         return failed(f"no packet was marked at {receiver}'s leaf port ({sent} sent)",
                       "run the baseline scenario unchanged: it has a WRED profile on class 3")
@@ -125,8 +112,8 @@ def marks_moved(ctx: Context, run: RunData, baseline: str, receiver: str, tc: in
                       f"RoCE data is class {tc} (DSCP 26): put your profile under qos.ecn.{tc}")
     if mine == _profile(base, tc):
         return failed("your profile is the baseline's", "change Kmin, Kmax or Pmax")
-    f_base, _ = _marking(base, receiver, tc)
-    f_mine, sent = _marking(run, receiver, tc)
+    f_base, _ = marked_fraction(base, receiver, tc)
+    f_mine, sent = marked_fraction(run, receiver, tc)
     line = (f"{f_mine:.0%} of {sent} packets marked with Kmin {mine['kmin_bytes']}, Kmax "
             f"{mine['kmax_bytes']}, Pmax {mine['pmax']} (baseline {f_base:.0%})")
     if f_mine < at_least or f_mine < f_base + margin:
@@ -232,19 +219,13 @@ def victim_helped(ctx: Context, run: RunData, baseline: str, victim: str, from_s
     return passed(msg)
 
 
-def _uplink_bytes(run: RunData, leaf: str, tc: int) -> dict[int, int]:
-    ports = [p["number"] for s in run.topology.get("leaves", []) if s["name"] == leaf
-             for p in s["ports"] if p["peer"].startswith("spine")]
-    return {p: run.counters.get((leaf, TX_TC, p * NUM_TCS + tc), (0, 0))[1] for p in ports}
-
-
 @check("ecmp_one_path")
 def ecmp_one_path(ctx: Context, run: RunData, leaf: str, tc: int = 3,
                   at_least: float = 0.9) -> Verdict:
     """Polarization: the leaf sent (nearly) all of the flow's bytes up one uplink."""
     if (bad := moved(run)) is not None:
         return bad
-    up = _uplink_bytes(run, leaf, tc)
+    up = uplink_bytes(run, leaf, tc)
     total = sum(up.values())
     share = max(up.values()) / total if total else 0.0
     msg = f"{leaf}'s uplinks carried " + ", ".join(f"port {p}: {b}" for p, b in up.items())
@@ -259,7 +240,7 @@ def ecmp_spread(ctx: Context, run: RunData, leaf: str, tc: int = 3,
     """The QPs spread: every uplink of the leaf carried at least ``min_share`` of the bytes."""
     if (bad := moved(run)) is not None:
         return bad
-    up = _uplink_bytes(run, leaf, tc)
+    up = uplink_bytes(run, leaf, tc)
     total = sum(up.values()) or 1
     msg = f"{leaf}'s uplinks carried " + ", ".join(f"port {p}: {b / total:.0%}"
                                                   for p, b in up.items())

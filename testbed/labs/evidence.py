@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from testbed.constants import NUM_TCS
 from testbed.results import TelemetryRow, run_telemetry
+
+#: The P4 program's per-(port, class) counters (p4/egress.p4, p4/lossless.p4), as
+#: p4_counters.csv names them: a cell is indexed port * NUM_TCS + class.
+TX_TC = "RoceEgress.tx_port_tc"
+ECN_MARKED = "RoceIngress.lossless.ecn_marked"
 
 
 class MissingRun(Exception):
@@ -62,6 +68,10 @@ class RunData:
                                                                          int(r["bytes"]))
         return out
 
+    def port_tc(self, switch: str, counter: str, port: int, tc: int) -> tuple[int, int]:
+        """A per-(port, class) counter's last (packets, bytes)."""
+        return self.counters.get((switch, counter, port * NUM_TCS + tc), (0, 0))
+
     @cached_property
     def telemetry(self) -> list[TelemetryRow]:
         return run_telemetry(self.path)
@@ -102,6 +112,22 @@ class RunData:
             return ("this run was not a faithful emulation (" + "; ".join(
                 fid.get("reasons", []))[:160] + "): rerun it on a quieter machine to be sure")
         return None
+
+
+def marked_fraction(run: RunData, receiver: str, tc: int) -> tuple[float, int]:
+    """The fraction of class ``tc`` packets the receiver's leaf port marked, and how many it
+    sent (the P4 program counts marks per egress queue)."""
+    h = run.host(receiver)
+    sent = run.port_tc(h["leaf"], TX_TC, h["leaf_port"], tc)[0]
+    marked = run.port_tc(h["leaf"], ECN_MARKED, h["leaf_port"], tc)[0]
+    return (marked / sent if sent else 0.0), sent
+
+
+def uplink_bytes(run: RunData, leaf: str, tc: int) -> dict[int, int]:
+    """Bytes of class ``tc`` the leaf sent up each of its uplinks (port -> bytes)."""
+    ports = [p["number"] for s in run.topology.get("leaves", []) if s["name"] == leaf
+             for p in s["ports"] if p["peer"].startswith("spine")]
+    return {p: run.port_tc(leaf, TX_TC, p, tc)[1] for p in ports}
 
 
 def runs_under(results: Path) -> list[RunData]:

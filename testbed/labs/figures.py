@@ -7,8 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from testbed.labs.checks_traffic import ECN_MARKED, NUM_TCS, TX_TC, _uplink_bytes
-from testbed.labs.evidence import RunData
+from testbed.labs.evidence import RunData, marked_fraction, uplink_bytes
 from testbed.topology import Topology
 
 
@@ -61,15 +60,12 @@ def _red(q: float, kmin: int, kmax: int, pmax: float) -> float:
     return 1.0 if q > kmax else pmax * (q - kmin) / (kmax - kmin)
 
 
-def _measured(run: RunData, receiver: str, tc: int = 3) -> tuple[float, list[int]]:
+def _backlog(run: RunData, receiver: str, tc: int = 3) -> list[int]:
+    """The receiver's leaf port's queue (class tc) at every sample that found it busy."""
     h = run.host(receiver)
-    idx = h["leaf_port"] * NUM_TCS + tc
-    sent = run.counters.get((h["leaf"], TX_TC, idx), (0, 0))[0]
-    marked = run.counters.get((h["leaf"], ECN_MARKED, idx), (0, 0))[0]
-    backlog = [s.backlog_bytes for s in run.telemetry
-               if (s.switch, s.port, s.tc) == (h["leaf"], h["leaf_port"], tc)
-               and s.backlog_packets > 0]
-    return (marked / sent if sent else 0.0), backlog
+    return [s.backlog_bytes for s in run.telemetry
+            if (s.switch, s.port, s.tc) == (h["leaf"], h["leaf_port"], tc)
+            and s.backlog_packets > 0]
 
 
 def red_figure(runs: list[tuple[str, RunData]], receiver: str, path: Path) -> Path:
@@ -87,7 +83,8 @@ def red_figure(runs: list[tuple[str, RunData]], receiver: str, path: Path) -> Pa
                 [_red(q, prof["kmin_bytes"], prof["kmax_bytes"], prof["pmax"]) for q in qs],
                 color=color, label=f"{label}: Kmin {prof['kmin_bytes']}, Kmax "
                 f"{prof['kmax_bytes']}, Pmax {prof['pmax']}")
-        frac, backlog = _measured(run, receiver)
+        frac, _sent = marked_fraction(run, receiver, 3)
+        backlog = _backlog(run, receiver)
         ax.axhline(frac, color=color, ls="--", lw=1, label=f"{label}: {frac:.0%} marked")
         ax2.hist([b / 1000 for b in backlog], bins=30, range=(0, top / 1000), alpha=0.25,
                  color=color)
@@ -108,7 +105,7 @@ def uplinks_figure(runs: list[tuple[str, RunData]], leaf: str, path: Path) -> Pa
     fig, ax = plt.subplots(figsize=(6, 3))
     width = 0.8 / len(runs)
     for i, (label, run) in enumerate(runs):
-        up = _uplink_bytes(run, leaf, 3)
+        up = uplink_bytes(run, leaf, 3)
         ports = sorted(up)
         ax.bar([p + i * width for p in range(len(ports))], [up[p] / 1e6 for p in ports],
                width, label=label)
