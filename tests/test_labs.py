@@ -381,7 +381,7 @@ BROKEN = {2: ("moved", "qos.ecn.3"), 3: ("reacted", "dcqcn: true"),
           7: ("broken", "action: drop"), 8: ("spread", "src_port")}
 #: Labs 6 and 7 run six switches and 32 QPs at line rate, which drives two cores to their limit
 #: for a minute each (as the shipped deadlock scenarios do), so they are in the slow set. The
-#: others take 20-40 s each on two cores (labs 2, 3, 4, 8: 93 s in all, measured).
+#: others take 20-35 s each on two cores (labs 2, 3, 4, 5, 8: 124 s in all, measured).
 SLOW = {6, 7}
 
 
