@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from testbed.config import ConfigError, FabricConfig
+from testbed.labs.cli import lab_app
 from testbed.validate import explain, load_config, parse_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -405,6 +406,7 @@ def provision(
 
 image_app = typer.Typer(help="Build or run the Docker image (for machines without a hypervisor).")
 app.add_typer(image_app, name="image")
+app.add_typer(lab_app, name="lab")
 
 
 @image_app.command("build")
