@@ -15,6 +15,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import os
+import subprocess
+import time
 from pathlib import Path
 
 from mininet.link import Link
@@ -245,9 +247,19 @@ class Network:
         for node in switches:
             with contextlib.suppress(Exception):
                 node.bmv2.stop()
-        for node in [*net.hosts, *switches]:
+        nodes = [*net.hosts, *switches]
+        shells = [n.shell for n in nodes if n.shell is not None]
+        for node in nodes:
             with contextlib.suppress(Exception):
                 node.terminate()
+        # a namespace lives as long as a process in it: the fabric is down when they are gone
+        deadline = time.monotonic() + 2.0
+        for shell in shells:
+            try:
+                shell.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                shell.kill()
+                shell.wait()
 
     def host(self, name: str):
         assert self.net is not None
