@@ -109,9 +109,9 @@ def test_lossy_incast_loses_and_resends(incast) -> None:
 # -- congestion spreading: the victim flow ----------------------------------------------------
 
 def victim_goodput(summary: dict, run_dir: Path) -> float:
-    """The victim's goodput from 1.5 s to 5.5 s after the start (flows start at 0.5 s)."""
+    """The victim's goodput from 2.5 s to 5.5 s after the start (it starts at 2 s)."""
     t = run_start_s(summary)
-    return flow_goodput_bps(run_dir, summary, t + 1.5, t + 5.5)["victim"]
+    return flow_goodput_bps(run_dir, summary, t + 2.5, t + 5.5)["victim"]
 
 
 def test_victim_flow_loses_throughput_to_pfc_and_keeps_it_with_dcqcn(tmp_path: Path) -> None:
