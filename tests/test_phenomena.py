@@ -16,6 +16,7 @@ from testbed.phenomena import (
     imbalance,
     jain_index,
     link_shares,
+    median_fct_s,
     p4_drops,
     read_p4_counters,
     window_rate,
@@ -109,3 +110,14 @@ def test_flow_goodput_from_the_senders_series(tmp_path: Path) -> None:
                          (t, 4200, "requester", 99 * t), (t, 32768, "responder", 7 * t)])
     summary = {"flows": {"a": {"src": "h2", "qps": [{"qpn": 4096}, {"qpn": 4097}]}}}
     assert flow_goodput_bps(tmp_path, summary, 1.0, 3.0) == {"a": pytest.approx(8 * 1500)}
+
+
+def test_median_fct_of_a_hosts_messages(tmp_path: Path) -> None:
+    d = tmp_path / "endpoints" / "h1"
+    d.mkdir(parents=True)
+    (d / "messages.csv").write_text("qpn,msg_id,kind,size,posted_s,completed_s,fct_s\n"
+                                    "1,0,write,65536,0,0.2,0.2\n1,1,write,65536,0,0.5,0.5\n"
+                                    "1,2,write,65536,0,0.3,0.3\n")
+    assert median_fct_s(tmp_path, "h1") == pytest.approx(0.3)
+    (d / "messages.csv").write_text("qpn,msg_id,kind,size,posted_s,completed_s,fct_s\n")
+    assert median_fct_s(tmp_path, "h1") is None

@@ -33,6 +33,7 @@ from testbed.phenomena import (
     imbalance,
     jain_index,
     link_shares,
+    median_fct_s,
     p4_drops,
     pfc_frames_sent,
     read_p4_counters,
@@ -160,15 +161,16 @@ def loss_rate(rate: float) -> Callable[[dict], None]:
 
 
 def test_go_back_n_pays_a_window_for_each_loss(tmp_path: Path) -> None:
-    _sc, clean, _d = run("loss-gobackn", tmp_path / "clean", loss_rate(0.0))
-    _sc, lossy, _d = run("loss-gobackn", tmp_path / "lossy", loss_rate(0.02))
+    _sc, clean, clean_dir = run("loss-gobackn", tmp_path / "clean", loss_rate(0.0))
+    _sc, lossy, lossy_dir = run("loss-gobackn", tmp_path / "lossy", loss_rate(0.02))
     # PFC on, no injected loss: lossless, nothing resent
     assert retransmitted(clean) == 0 and clean["kernel_drops_lossless"] == 0
     resent, naks = retransmitted(lossy), sum(q["naks"] for f in lossy["flows"].values()
                                              for q in f["qps"])
     got_clean, got_lossy = delivered_bytes(clean), delivered_bytes(lossy)
     print(f"2% loss: {naks} NAKs, {resent} packets resent; delivered {got_lossy} bytes "
-          f"against {got_clean} without loss")
+          f"against {got_clean} without loss; median message completion time (h1) "
+          f"{median_fct_s(lossy_dir, 'h1')} s against {median_fct_s(clean_dir, 'h1')} s")
     assert naks > 0 and resent >= 4 * naks, "a loss did not cost a window"
     assert got_lossy < 0.9 * got_clean
 
