@@ -60,13 +60,15 @@ def run(name: str, tmp: Path, change: Callable[[dict], None] | None = None
 
 def assert_lossless(summary: dict, run_dir: Path) -> None:
     """No drop in the lossless class, in the kernel or the P4 program; every message delivered
-    and acknowledged, none sent twice."""
+    and acknowledged, and no receiver saw a gap (no NAK). A retransmission timeout may still fire
+    on a QP that DCQCN and the pauses hold below its window per timeout: a resend of what was
+    not lost, which the receiver takes as a duplicate."""
     assert summary["kernel_drops_lossless"] == 0
     assert p4_drops(read_p4_counters(run_dir / "p4_counters.csv")) == 0
     for name, f in summary["flows"].items():
         for q in f["qps"]:
             assert q["complete"], f"{name}: QP {q['qpn']} still has unacknowledged messages"
-            assert q["retransmitted"] == 0, f"{name}: QP {q['qpn']} resent packets"
+            assert q["naks"] == 0, f"{name}: QP {q['qpn']}'s receiver saw a packet missing"
             assert q["bytes_received"] >= q["bytes_acked"] > 0, (name, q)
 
 
