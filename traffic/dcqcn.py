@@ -60,15 +60,18 @@ class DcqcnParams:
 
 #: Each profile's values before scaling, over DcqcnParams' defaults ([Z15]'s).
 #: ``connectx``: NVIDIA's documented defaults for ConnectX-4 and later (DOCA SDK documentation,
-#: "DCQCN CC Parameters", https://docs.nvidia.com/doca/sdk/DCQCN+CC+Parameters; the same names
-#: under /sys/class/net/<if>/ecn/roce_rp/ and roce_np/ with MLNX_OFED, and in mlxconfig as
+#: "DCQCN CC Parameters",
+#: https://networking-docs.nvidia.com/doca/archive/3-4-0/dcqcn-cc-parameters,
+#: earlier the Mellanox community page "DCQCN Parameters"; the same names under
+#: /sys/class/net/<if>/ecn/roce_rp/ and roce_np/ with MLNX_OFED, and in mlxconfig as
 #: ROCE_CC_* / RPG_* / DCE_TCP_*), in that page's units:
 #:   dce_tcp_g 1019 (alpha gain g = 1 - 1019/1024), dce_tcp_rtt 1 us (alpha update period),
 #:   initial_alpha_value 1023 (of 1024), rpg_time_reset 300 us (rate-increase timer),
 #:   rpg_byte_reset 32767 bytes (rate-increase byte counter), rpg_threshold 1 (stages before
 #:   additive increase), rpg_ai_rate 5 Mbit/s, rpg_hai_rate 50 Mbit/s, rpg_min_rate 1 Mbit/s,
 #:   rpg_gd 11 (cut = alpha / 2, as [Z15]), clamp_tgt_rate 0, and at the receiver
-#:   min_time_between_cnps 4 us.
+#:   min_time_between_cnps 4 us. Not modelled: rpg_min_dec_fac (50%: a cut by alpha/2 never
+#:   exceeds it) and rate_reduce_monitor_period (4 us between cuts: the CNP interval bounds it).
 #: Scaled from 40 Gbit/s like the paper's, so the two compare at the same emulated link.
 PROFILES: dict[str, dict] = {
     "paper": {},
