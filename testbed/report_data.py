@@ -17,7 +17,7 @@ from testbed.constants import NUM_TCS
 from testbed.endpoint_results import endpoint_hosts, read_messages, read_qp_series
 from testbed.results import P4CounterRow, TelemetryRow, run_p4_counters, run_telemetry
 
-#: The P4 counters the reports read (testbed.scenario.CounterSampler samples them).
+#: The P4 counters the reports read (testbed.counter_sampler.CounterSampler samples them).
 ECN_MARKED = "RoceIngress.lossless.ecn_marked"
 TX_PORT_TC = "RoceEgress.tx_port_tc"
 RX_PORT = "RoceIngress.rx_port"

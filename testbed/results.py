@@ -330,7 +330,7 @@ def run_cpu(run_dir: Path | str) -> list[CpuRow] | None:
     return read_cpu(path) if path.exists() else None
 
 
-#: The results folder's sampled P4 counters (written by testbed.scenario's CounterSampler).
+#: The results folder's sampled P4 counters (written by testbed.counter_sampler).
 P4_COUNTERS_FILE = "p4_counters.csv"
 
 

@@ -6,7 +6,7 @@ fidelity), plus:
 
     duration_s: 20            # the run ends here (senders stop, counters are read)
     settle_s: 2               # then this long with no traffic, to see what stays stuck
-    endpoints: {dcqcn: true}  # the hosts' RoCE NICs
+    endpoints: {dcqcn: true}  # the hosts' RoCE NICs; dcqcn_profile: paper | connectx
     routes:                   # static overrides: path pinning, bounce routes
       - {switch: leaf1, prefix: 10.0.3.0/24, via: spine1}
     flows:                    # traffic.flows.FlowSpec
@@ -17,7 +17,15 @@ fidelity), plus:
       - {at_s: 5, link_up: [spine1, leaf3]}
       - {at_s: 2, host: h4, mode: storm, tc: 3, until_s: 8}
       - {at_s: 2, host: h2, mode: slow_receiver, max_rx_pps: 50}
+      - {at_s: 0, host: h3, mode: rx_loss, rate: 0.01, seed: 1}
     capture: [h1, leaf1:2]    # pcaps of h1's NIC and leaf1's port 2 (testbed.capture)
+
+``rx_loss`` is random loss on the way into a host: its NIC drops each arriving RoCE data packet
+with probability ``rate`` (0..1) before the QP sees it, from a random generator seeded with
+``seed`` (the same seed, the same packets lost in the same order of arrival), and counts it in
+the endpoint's ``rx_loss_dropped``. It stands for a lossy link (this kernel may lack netem) in
+any class, lossless ones included: the receiver's Go-Back-N sees a gap, NAKs it, and the sender
+resends from the lost packet on (scenarios/loss-gobackn.yaml).
 
 Parallel links between a spine and a leaf are numbered 1..parallel_links in the order of their
 port numbers (link 1 is the lowest port at both ends); a third element names one of them.
@@ -31,9 +39,7 @@ the endpoints' per-QP series, P4 counters sampled over the run (``p4_counters.cs
 
 from __future__ import annotations
 
-import csv
 import json
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,8 +50,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from testbed.analysis import deadlock_summary
 from testbed.capture import Captures
 from testbed.config import ConfigError, FabricConfig
-from testbed.measure import counter_cells
-from testbed.results import P4_COUNTER_COLUMNS, P4_COUNTERS_FILE, run_events
+from testbed.counter_sampler import CounterSampler
+from testbed.results import P4_COUNTERS_FILE, run_events
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowRunner, FlowSpec
@@ -69,10 +75,13 @@ class Fault(BaseModel):
     link_down: LinkRef | None = None
     link_up: LinkRef | None = None
     host: str | None = None
-    mode: Literal["storm", "slow_receiver", "none"] | None = None
+    mode: Literal["storm", "slow_receiver", "rx_loss", "none"] | None = None
     tc: int = Field(3, ge=0, le=7)
     until_s: float | None = Field(None, gt=0)
     max_rx_pps: float | None = Field(None, gt=0)
+    rate: float | None = Field(None, ge=0, le=1, description="rx_loss: probability that an "
+                               "arriving RoCE data packet is dropped (0.01: 1%)")
+    seed: int = Field(1, ge=0, description="rx_loss: seed of the loss's random generator")
 
     @field_validator("link_down", "link_up", mode="before")
     @classmethod
@@ -97,6 +106,8 @@ class Fault(BaseModel):
             raise ValueError(f"mode {self.mode} needs a host")
         if self.mode == "slow_receiver" and self.max_rx_pps is None:
             raise ValueError("slow_receiver needs max_rx_pps")
+        if self.mode == "rx_loss" and self.rate is None:
+            raise ValueError("rx_loss needs rate, the probability of losing a packet (0..1)")
         if self.until_s is not None and self.until_s <= self.at_s:
             raise ValueError("until_s must be after at_s")
         return self
@@ -105,6 +116,22 @@ class Fault(BaseModel):
 class EndpointOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dcqcn: bool = True
+    #: traffic.dcqcn.PROFILES: paper (Zhu et al. 2015, the default) or connectx (NVIDIA's
+    #: defaults), both scaled to the link; the receivers' CNP interval follows it too.
+    dcqcn_profile: Literal["paper", "connectx"] | None = None
+
+    @model_validator(mode="after")
+    def _profile_needs_dcqcn(self) -> EndpointOptions:
+        if self.dcqcn_profile is not None and not self.dcqcn:
+            raise ValueError(f"dcqcn_profile {self.dcqcn_profile} has no effect with dcqcn: "
+                             "false; turn dcqcn on or leave the profile out")
+        return self
+
+    def args(self) -> list[str]:
+        """The endpoints' command-line arguments for these options."""
+        if not self.dcqcn:
+            return ["--no-dcqcn"]
+        return ["--dcqcn-profile", self.dcqcn_profile] if self.dcqcn_profile else []
 
 
 class ScenarioExtras(BaseModel):
@@ -252,38 +279,6 @@ class RunResult:
     summary: dict = field(default_factory=dict)
 
 
-class CounterSampler(threading.Thread):
-    """P4 counters of every switch over the run, as rows of (t, switch, counter, index, value)."""
-
-    COUNTERS = ("RoceIngress.rx_port", "RoceEgress.tx_port", "RoceEgress.tx_port_tc",
-                "RoceIngress.pfc_rx", "RoceEgress.pfc_egress.pfc_tx",
-                "RoceIngress.lossless.ecn_marked", "RoceIngress.lossless.pfc_xoff_triggered",
-                "RoceIngress.lossless.ticks", "RoceIngress.drops")
-
-    def __init__(self, fabric, path: Path, period: float) -> None:
-        super().__init__(daemon=True)
-        self.fabric, self.path, self.period = fabric, path, period
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        t0 = self.fabric.t0  # the run's clock, shared with the agents' telemetry
-        with open(self.path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow([c for c, _ in P4_COUNTER_COLUMNS])
-            while not self.stop_event.wait(self.period):
-                t = f"{time.monotonic() - t0:.3f}"
-                for name, sess in list(self.fabric.sessions.items()):
-                    ports = list(self.fabric.topo.switch(name).ports)
-                    for c in self.COUNTERS:
-                        try:
-                            cells = sess.read_counter(c, counter_cells(c, ports))
-                        except Exception:  # a switch going down at the end of the run
-                            continue
-                        for idx, (pk, by) in sorted(cells.items()):
-                            w.writerow([t, name, c, idx, pk, by])
-                fh.flush()
-
-
 def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
     from testbed.fabric import Fabric
     from testbed.measure import fabric_counters, hidden_loss, kernel_drops
@@ -305,7 +300,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
     try:
         fabric.start()
         captures.start(fabric.net)  # before any traffic
-        eps = fabric.start_endpoints([] if sc.extras.endpoints.dcqcn else ["--no-dcqcn"])
+        eps = fabric.start_endpoints(sc.extras.endpoints.args())
         runner = FlowRunner(sc.extras.flows, eps, {h.name: h.ip for h in sc.topo.hosts})
         sampler = CounterSampler(fabric, run_dir / P4_COUNTERS_FILE, sc.extras.sample_period_s)
         sampler.start()
@@ -400,6 +395,10 @@ def _apply_fault(fabric, f: Fault, end: bool) -> str:
     req: dict = {"mode": f.mode, "tc": f.tc}
     if f.max_rx_pps:
         req["max_rx_pps"] = f.max_rx_pps
+    if f.mode == "rx_loss":
+        req.update(rate=f.rate, seed=f.seed)
+        c.call(cmd="fault", **req)
+        return f"{f.host}: rx_loss (rate {f.rate:g}, seed {f.seed})"
     c.call(cmd="fault", **req)
     return f"{f.host}: {f.mode} (class {f.tc})"
 

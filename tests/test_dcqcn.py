@@ -101,3 +101,53 @@ def test_notification_point_spacing() -> None:
     assert not n.should_send(1, 0.1)
     assert n.should_send(2, 0.1)  # per QP
     assert n.should_send(1, 0.2)
+
+
+def test_profiles_scale_alike_and_connectx_has_its_defaults() -> None:
+    s = 40e9 / LINE
+    cx = DcqcnParams.scaled(LINE, "connectx")
+    assert cx.timer_period_s == pytest.approx(300e-6 * s)  # rpg_time_reset 300 us
+    assert cx.alpha_period_s == pytest.approx(1e-6 * s)  # dce_tcp_rtt 1 us
+    assert cx.byte_counter_bytes == 32767  # rpg_byte_reset, a byte count: not scaled
+    assert cx.rai_bps == pytest.approx(5e6 / s) and cx.rhai_bps == pytest.approx(50e6 / s)
+    assert cx.min_rate_bps == pytest.approx(1e6 / s)
+    assert cx.g == pytest.approx(5 / 1024) and cx.fast_recovery_steps == 1
+    assert cx.cnp_interval_s == pytest.approx(4e-6 * s)  # min_time_between_cnps
+    assert not cx.clamp_target
+    paper = DcqcnParams.scaled(LINE, "paper")
+    assert paper == DcqcnParams.scaled(LINE) and paper.clamp_target
+    assert paper.cnp_interval_s == pytest.approx(NotificationPoint.scaled(LINE).interval_s)
+    with pytest.raises(ValueError, match="unknown DCQCN profile"):
+        DcqcnParams.scaled(LINE, "cx7")
+
+
+def cut_repeatedly(profile: str, cnps: int) -> ReactionPoint:
+    """CNPs a tenth of a rate-increase period apart, alpha held at 1 (no decay, no gain)."""
+    p = DcqcnParams.scaled(LINE, profile, g=0.0, initial_alpha=1.0, alpha_period_s=1e9)
+    r = ReactionPoint(p)
+    for i in range(cnps):
+        r.on_cnp(i * p.timer_period_s / 10)
+    return r
+
+
+def test_connectx_keeps_the_target_rate_while_cuts_come_faster_than_increases() -> None:
+    """clamp_tgt_rate off: with no increase between cuts, RT stays where the QP came from (the
+    line rate); the paper's RT follows RC down, one cut behind."""
+    paper, cx = cut_repeatedly("paper", 4), cut_repeatedly("connectx", 4)
+    assert paper.rc == pytest.approx(LINE / 16) and cx.rc == pytest.approx(LINE / 16)
+    assert paper.rt == pytest.approx(LINE / 8)  # RT <- RC before the last cut
+    assert cx.rt == pytest.approx(LINE)  # kept: the rate never rose since the first cut
+    # so ConnectX's first increase (fast recovery: RC <- (RT + RC) / 2) climbs far higher
+    paper.advance(3 * paper.p.timer_period_s / 10 + paper.p.timer_period_s)
+    cx.advance(3 * cx.p.timer_period_s / 10 + cx.p.timer_period_s)
+    assert paper.rc == pytest.approx((LINE / 8 + LINE / 16) / 2)
+    assert cx.rc == pytest.approx((LINE + LINE / 16) / 2)
+
+
+def test_connectx_clamps_the_target_once_the_rate_has_risen() -> None:
+    r = cut_repeatedly("connectx", 1)  # RC = LINE/2, RT kept at LINE
+    r.advance(r.p.timer_period_s)  # one increase: RC rises to 3/4 LINE
+    assert r.rc == pytest.approx(0.75 * LINE)
+    r.on_cnp(r.now)  # rose since the last cut: RT <- RC, as the paper does
+    assert r.rt == pytest.approx(0.75 * LINE)
+    assert r.rc == pytest.approx(0.375 * LINE)

@@ -1,10 +1,11 @@
 """DCQCN: the reaction point (sender) of Zhu et al., SIGCOMM 2015, with injected time.
 
 The state machine takes ``now`` (seconds) as an argument and never reads a clock, so unit tests
-drive it through exact sequences. Parameters follow [Z15] at 40 Gbit/s and are scaled to the
-emulated link by ``scale = 40 Gbit/s / link rate``: times are multiplied by it, rates divided,
-byte counts kept (a byte count is a rate times a time). At 10 Mbit/s, scale = 4000: the 55 us
-timers become 220 ms and the 40 Mbit/s additive step becomes 10 kbit/s.
+drive it through exact sequences. Two parameter profiles (:data:`PROFILES`): ``paper``, [Z15]'s
+at 40 Gbit/s, and ``connectx``, the defaults NVIDIA ConnectX-4 and later NICs ship with. Either
+is scaled to the emulated link by ``scale = 40 Gbit/s / link rate``: times are multiplied by it,
+rates divided, byte counts kept (a byte count is a rate times a time). At 10 Mbit/s, scale =
+4000: the paper's 55 us timers become 220 ms and its 40 Mbit/s additive step 10 kbit/s.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ REFERENCE_LINK_BPS = 40e9  # [Z15] evaluated DCQCN on 40 Gbit/s links
 
 @dataclass(frozen=True)
 class DcqcnParams:
-    """Reaction-point parameters. Units: bit/s, seconds, bytes."""
+    """Reaction-point parameters (and the notification point's CNP interval). Units: bit/s,
+    seconds, bytes. The defaults are [Z15]'s, unscaled."""
 
     line_rate_bps: float
     g: float = 1 / 256  # [Z15] alpha gain (ConnectX: ~1/205)
@@ -28,21 +30,57 @@ class DcqcnParams:
     rhai_bps: float = 200e6  # hyper increase [ZNS]
     min_rate_bps: float = 100e6  # floor [ZNS]
     initial_alpha: float = 1.0
+    #: On a cut, the target rate takes the current rate ([Z15]: RT <- RC). ConnectX's
+    #: clamp_tgt_rate, default off there: the target rate is kept on a cut, unless the rate
+    #: rose since the last cut, so a QP cut again and again still aims at where it came from.
+    clamp_target: bool = True
+    cnp_interval_s: float = 50e-6  # N: at most one CNP per QP per N, at the receiver [Z15]
 
     @classmethod
-    def scaled(cls, line_rate_bps: float, **overrides: float) -> DcqcnParams:
-        """[Z15]'s 40 Gbit/s parameters, scaled to ``line_rate_bps``."""
+    def scaled(cls, line_rate_bps: float, profile: str = "paper",
+               **overrides: float) -> DcqcnParams:
+        """A profile's parameters (:data:`PROFILES`), scaled from 40 Gbit/s to ``line_rate_bps``;
+        ``overrides`` are taken as they are (already at the link's scale)."""
+        if profile not in PROFILES:
+            raise ValueError(f"unknown DCQCN profile {profile!r}; use {' or '.join(PROFILES)}")
         s = REFERENCE_LINK_BPS / line_rate_bps
-        base = cls(line_rate_bps=line_rate_bps)
+        base = cls(line_rate_bps=line_rate_bps, **PROFILES[profile])  # type: ignore[arg-type]
         scaled = dict(
             alpha_period_s=base.alpha_period_s * s,
             timer_period_s=base.timer_period_s * s,
+            cnp_interval_s=base.cnp_interval_s * s,
             rai_bps=base.rai_bps / s,
             rhai_bps=base.rhai_bps / s,
             min_rate_bps=base.min_rate_bps / s,
         )
         scaled.update(overrides)
-        return cls(line_rate_bps=line_rate_bps, **scaled)  # type: ignore[arg-type]
+        return cls(line_rate_bps=line_rate_bps,  # type: ignore[arg-type]
+                   **{**PROFILES[profile], **scaled})
+
+
+#: Each profile's values before scaling, over DcqcnParams' defaults ([Z15]'s).
+#: ``connectx``: NVIDIA's documented defaults for ConnectX-4 and later (DOCA SDK documentation,
+#: "DCQCN CC Parameters",
+#: https://networking-docs.nvidia.com/doca/archive/3-4-0/dcqcn-cc-parameters,
+#: earlier the Mellanox community page "DCQCN Parameters"; the same names under
+#: /sys/class/net/<if>/ecn/roce_rp/ and roce_np/ with MLNX_OFED, and in mlxconfig as
+#: ROCE_CC_* / RPG_* / DCE_TCP_*), in that page's units:
+#:   dce_tcp_g 1019 (alpha gain g = 1 - 1019/1024), dce_tcp_rtt 1 us (alpha update period),
+#:   initial_alpha_value 1023 (of 1024), rpg_time_reset 300 us (rate-increase timer),
+#:   rpg_byte_reset 32767 bytes (rate-increase byte counter), rpg_threshold 1 (stages before
+#:   additive increase), rpg_ai_rate 5 Mbit/s, rpg_hai_rate 50 Mbit/s, rpg_min_rate 1 Mbit/s,
+#:   rpg_gd 11 (cut = alpha / 2, as [Z15]), clamp_tgt_rate 0, and at the receiver
+#:   min_time_between_cnps 4 us. Not modelled: rpg_min_dec_fac (50%: a cut by alpha/2 never
+#:   exceeds it) and rate_reduce_monitor_period (4 us between cuts: the CNP interval bounds it).
+#: Scaled from 40 Gbit/s like the paper's, so the two compare at the same emulated link.
+PROFILES: dict[str, dict] = {
+    "paper": {},
+    "connectx": dict(
+        g=1 - 1019 / 1024, alpha_period_s=1e-6, initial_alpha=1023 / 1024,
+        timer_period_s=300e-6, byte_counter_bytes=32767, fast_recovery_steps=1,
+        rai_bps=5e6, rhai_bps=50e6, min_rate_bps=1e6, clamp_target=False,
+        cnp_interval_s=4e-6),
+}
 
 
 @dataclass
@@ -58,6 +96,7 @@ class ReactionPoint:
     byte_stage: int = 0  # iB
     bytes_since: int = 0
     cnps: int = 0
+    _rose_since_cut: bool = False  # RC went up since the last cut (see DcqcnParams.clamp_target)
     _last_alpha: float = field(init=False)
     _last_timer: float = field(init=False)
 
@@ -70,7 +109,9 @@ class ReactionPoint:
     def on_cnp(self, now: float) -> None:
         self.advance(now)
         self.cnps += 1
-        self.rt = self.rc
+        if self.p.clamp_target or self._rose_since_cut:
+            self.rt = self.rc
+        self._rose_since_cut = False
         self.rc = max(self.rc * (1 - self.alpha / 2), self.p.min_rate_bps)
         self.alpha = (1 - self.p.g) * self.alpha + self.p.g
         self.timer_stage = self.byte_stage = 0
@@ -120,7 +161,10 @@ class ReactionPoint:
             i = min(self.timer_stage, self.byte_stage) - self.p.fast_recovery_steps + 1
             self.rt += i * self.p.rhai_bps
         self.rt = min(self.rt, self.p.line_rate_bps)
-        self.rc = min((self.rt + self.rc) / 2, self.p.line_rate_bps)
+        rc = min((self.rt + self.rc) / 2, self.p.line_rate_bps)
+        if rc > self.rc:
+            self._rose_since_cut = True
+        self.rc = rc
 
 
 @dataclass
@@ -139,5 +183,5 @@ class NotificationPoint:
 
     @classmethod
     def scaled(cls, line_rate_bps: float, interval_s: float = 50e-6) -> NotificationPoint:
-        """[Z15]'s N = 50 us, scaled like the reaction point's timers."""
+        """[Z15]'s N = 50 us (or ``interval_s``), scaled like the reaction point's timers."""
         return cls(interval_s * REFERENCE_LINK_BPS / line_rate_bps)

@@ -3,8 +3,9 @@
 It owns a raw socket on the host's interface and does what a ConnectX NIC does for RC traffic:
 paces each QP at its DCQCN rate and the port at line rate, answers data with ACK/NAK, sends
 CNPs for CE-marked packets, reacts to CNPs, and stops a traffic class while the switch pauses it
-with PFC. Two fault modes serve the experiments: a slow receiver (sends PFC when its receive
-queue backs up) and a broken NIC (sends PAUSE continuously).
+with PFC. Three fault modes serve the experiments: a slow receiver (sends PFC when its receive
+queue backs up), a broken NIC (sends PAUSE continuously) and random loss on the way in
+(rx_loss).
 
 Control: a unix socket taking one JSON object per line and answering one per line (see
 :mod:`traffic.client` and ``python -m traffic.endpoint --help``). Output: ``qp_timeseries.csv``
@@ -113,9 +114,9 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         self.t0 = cfg.t0_monotonic if cfg.t0_monotonic is not None else clock()
         self.stats = EndpointStats()
         self._init_qps()
-        self.np = NotificationPoint(cfg.cnp_interval_s) if cfg.cnp_interval_s is not None else \
-            NotificationPoint.scaled(cfg.line_rate_bps)
-        self.dcqcn = DcqcnParams.scaled(cfg.line_rate_bps, **cfg.dcqcn)
+        self.dcqcn = DcqcnParams.scaled(cfg.line_rate_bps, cfg.dcqcn_profile, **cfg.dcqcn)
+        self.np = NotificationPoint(cfg.cnp_interval_s if cfg.cnp_interval_s is not None
+                                    else self.dcqcn.cnp_interval_s)
         self._init_pfc()
         self.nic_free_at = 0.0
         self._rr = 0
@@ -217,9 +218,13 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
             if st.rp:
                 st.rp.on_cnp(now)
         elif p.opcode in DATA_OPCODES and st.responder:
-            if self.fault["mode"] == "slow_receiver":
-                self._enqueue_slow(frame, p, now)
-                return
+            mode = self.fault["mode"]
+            if mode != "none":
+                if mode == "rx_loss" and self._lost_on_arrival():
+                    return
+                if mode == "slow_receiver":
+                    self._enqueue_slow(frame, p, now)
+                    return
             self._deliver(st, p, now)
         else:
             self.stats.malformed += 1  # a data opcode to a requester, an ACK to a responder

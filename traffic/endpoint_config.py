@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.constants import NUM_TCS
+from traffic.dcqcn import PROFILES
 from traffic.packets import DSCP_CNP
 
 #: DSCP for each traffic class when no table is given (run by hand): the class selectors, and
@@ -33,8 +34,9 @@ class EndpointConfig:
     cnp_dscp: int = DSCP_CNP
     cnp_tc: int = CNP_TC  # the class the CNP's DSCP lands in: a pause of it holds CNPs back
     sample_period_s: float = 0.1
-    cnp_interval_s: float | None = None  # default: [Z15]'s 50 us scaled to the link
+    cnp_interval_s: float | None = None  # default: the DCQCN profile's, scaled to the link
     dcqcn: dict = field(default_factory=dict)  # overrides of DcqcnParams.scaled
+    dcqcn_profile: str = "paper"  # traffic.dcqcn.PROFILES: paper ([Z15]) or connectx
     dcqcn_enabled: bool = True
     rx_buffer_packets: int = 256  # slow-receiver queue before it drops
     t0_monotonic: float | None = None  # origin of t_s; the testbed passes the run's
@@ -76,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sample-period", type=float, default=0.1)
     ap.add_argument("--cnp-interval", type=float, default=None)
     ap.add_argument("--no-dcqcn", action="store_true")
+    ap.add_argument("--dcqcn-profile", choices=sorted(PROFILES), default="paper",
+                    help="DCQCN parameters: paper (Zhu et al. 2015) or connectx (NVIDIA's "
+                         "defaults), scaled to the link; also sets the receiver's CNP interval")
     ap.add_argument("--dcqcn", type=json.loads, default={},
                     help='DCQCN overrides as JSON, e.g. \'{"timer_period_s": 0.1}\'')
     ap.add_argument("--t0", type=float, default=None,
@@ -90,4 +95,4 @@ def config_from_args(a: argparse.Namespace) -> EndpointConfig:
         line_rate_bps=a.line_rate_mbps * 1e6, control_socket=a.control, out_dir=a.out, mtu=a.mtu,
         tc_to_dscp=a.tc_dscp, cnp_dscp=a.cnp_dscp, cnp_tc=a.cnp_tc,
         sample_period_s=a.sample_period, cnp_interval_s=a.cnp_interval, dcqcn=a.dcqcn,
-        dcqcn_enabled=not a.no_dcqcn, t0_monotonic=a.t0)
+        dcqcn_enabled=not a.no_dcqcn, dcqcn_profile=a.dcqcn_profile, t0_monotonic=a.t0)

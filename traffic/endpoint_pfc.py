@@ -1,10 +1,12 @@
 """PFC at the endpoint: obeying the switch's pauses (a paused class sends nothing; its ACKs and
 CNPs wait in a queue of their own) and the two faults that send PFC: a slow receiver (PAUSE when
-its receive queue backs up, resume when it drains) and a broken NIC (a PAUSE storm)."""
+its receive queue backs up, resume when it drains) and a broken NIC (a PAUSE storm); and the
+fault that loses packets on the way in (rx_loss: random loss, seeded)."""
 
 from __future__ import annotations
 
 import collections
+import random
 from typing import TYPE_CHECKING
 
 from testbed.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_QUANTUM_BITS
@@ -39,6 +41,14 @@ class PfcPort:
         self._xoff_sent = False
         self._xoff_at = 0.0
         self._storm_next = 0.0
+        self._loss_rng = random.Random(1)
+
+    def _lost_on_arrival(self) -> bool:
+        """rx_loss: whether this arriving data packet is lost (and counted)."""
+        if self._loss_rng.random() < self.fault["rate"]:
+            self.stats.rx_loss_dropped += 1
+            return True
+        return False
 
     # -- obeying pauses -----------------------------------------------------------------
     def _pause(self, tc: int, quanta: int, now: float) -> None:
@@ -135,6 +145,13 @@ class PfcPort:
             self.fault = {"mode": "slow_receiver", "tc": int(kw.get("tc", 3)),
                           "max_rx_pps": pps, "xoff_packets": xoff,
                           "xon_packets": int(kw.get("xon_packets", xoff // 2))}
+        elif mode == "rx_loss":
+            rate = float(kw.get("rate", -1))
+            if not 0 <= rate <= 1:
+                raise ValueError("rx_loss needs a rate from 0 to 1")
+            seed = int(kw.get("seed", 1))
+            self.fault = {"mode": "rx_loss", "rate": rate, "seed": seed}
+            self._loss_rng = random.Random(seed)
         else:
-            raise ValueError("fault mode must be none, storm or slow_receiver")
+            raise ValueError("fault mode must be none, storm, slow_receiver or rx_loss")
         return self.fault

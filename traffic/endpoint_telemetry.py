@@ -48,7 +48,7 @@ MESSAGE_COLUMNS = [
 #: The endpoint-wide counters of the ``stats`` command (its ``"stats"`` object), in the order of
 #: :class:`EndpointStats`. Every received frame is counted once in ``frames_rx`` and, if it is
 #: dropped, once in exactly one of not_roce, rx_rejected, malformed, bad_icrc, unknown_qp,
-#: rx_dropped.
+#: rx_dropped, rx_loss_dropped.
 STATS_COLUMNS = [
     ("frames_rx", "frames received (PFC included)"),
     ("frames_tx", "frames sent"),
@@ -65,6 +65,7 @@ STATS_COLUMNS = [
     ("cnps_sent", "CNPs sent"),
     ("cnps_received", "CNPs received"),
     ("rx_dropped", "data frames a slow receiver dropped because its queue was full"),
+    ("rx_loss_dropped", "data frames the `rx_loss` fault dropped on arrival (injected loss)"),
     ("send_errors", "frames the socket refused (ENOBUFS while the qdisc is full)"),
     ("rx_socket_drops", "frames the kernel dropped because the endpoint's receive buffer was "
                         "full (the process did not keep up; a NIC's RX overflow)"),
@@ -87,6 +88,7 @@ class EndpointStats:
     cnps_sent: int = 0
     cnps_received: int = 0
     rx_dropped: int = 0
+    rx_loss_dropped: int = 0
     send_errors: int = 0
     rx_socket_drops: int = 0
 
