@@ -179,14 +179,6 @@ def test_go_back_n_pays_a_window_for_each_loss(tmp_path: Path) -> None:
 
 # -- DCQCN fairness ---------------------------------------------------------------------------
 
-#: At 10 Mbit/s the shares a run ends with depend on whom the first CNPs hit as each sender
-#: joins (at line rate, its target rate there): measured over the last seconds of 12-24 s runs,
-#: Jain's index was 0.85 to 0.99 with either profile, since the additive increase that evens
-#: the shares out is scaled down with the link (10 kbit/s per 220 ms for the paper's) and needs
-#: minutes. Kept as the expectation DCQCN sets, not met in every run here.
-FAIR_AT_SCALE = pytest.mark.xfail(
-    reason="DCQCN's increase, scaled to 10 Mbit/s, does not always even the shares out "
-           "within a run (Jain 0.85-0.99 from run to run)", strict=False)
 PROFILES = ["dcqcn-fairness", "dcqcn-fairness-connectx"]
 
 
@@ -211,8 +203,12 @@ def test_dcqcn_senders_are_cut_when_others_join(fairness, name: str) -> None:
         assert rates and min(rates) < 0.6 * line, f"{flow}: DCQCN never cut its rate far"
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=FAIR_AT_SCALE) for n in PROFILES])
-def test_dcqcn_shares_the_link_fairly(fairness, name: str) -> None:
+def test_dcqcn_shares_the_link_fairly(fairness) -> None:
+    """The paper's profile evens the shares out within the run (Jain >= 0.9 over its last 5 s:
+    0.97-0.99 in five 20 s runs). The ConnectX profile's run is not held to it: at 10 Mbit/s it
+    ended between 0.86 and 0.99 (one sender held near 1.4 Mbit/s in three runs of five), which is
+    not yet explained; test_dcqcn_senders_are_cut_when_others_join checks what it does show."""
+    name = "dcqcn-fairness"
     sc, summary, run_dir = fairness[name]
     t = run_start_s(summary)
     end = t + summary["duration_s"] - 0.5
