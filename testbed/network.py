@@ -15,8 +15,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import os
-import subprocess
-import time
 from pathlib import Path
 
 from mininet.link import Link
@@ -232,34 +230,16 @@ class Network:
             raise FabricError("\n".join(sorted(errors)))
 
     def stop(self) -> None:
-        """Every BMv2 told to stop at once (their exits overlap), then each node's shell ended.
-
-        Each node is its own network namespace and holds its ends of the links, so ending the
-        last process in it ends the namespace, and the kernel deletes its veths (a pair goes
-        with either end): Mininet's own stop deletes every interface with an `ip link del`
-        per link, a second and a half of a 2x4x2 fabric's teardown."""
+        """Every BMv2 told to stop at once (their exits overlap), then Mininet stops the nodes
+        and removes the links."""
         net, self.net = self.net, None
         if net is None:
             return
-        switches = [net.get(sw.name) for sw in self.topo.switches]
-        for node in switches:
-            node.bmv2.terminate()
-        for node in switches:
+        for sw in self.topo.switches:
             with contextlib.suppress(Exception):
-                node.bmv2.stop()
-        nodes = [*net.hosts, *switches]
-        shells = [n.shell for n in nodes if n.shell is not None]
-        for node in nodes:
-            with contextlib.suppress(Exception):
-                node.terminate()
-        # a namespace lives as long as a process in it: the fabric is down when they are gone
-        deadline = time.monotonic() + 2.0
-        for shell in shells:
-            try:
-                shell.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                shell.kill()
-                shell.wait()
+                net.get(sw.name).bmv2.terminate()
+        with contextlib.suppress(Exception):
+            net.stop()
 
     def host(self, name: str):
         assert self.net is not None
