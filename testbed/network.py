@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import os
+import signal
 from pathlib import Path
 
 from mininet.link import Link
@@ -92,6 +93,26 @@ class Bmv2Switch(Switch):
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
         self.bmv2.stop()
         super().stop(deleteIntfs)
+
+
+def _netns(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def _namespaces(pids: list[int]) -> set[int]:
+    """The network namespaces of these processes, the machine's own left out."""
+    return {ns for ns in map(_netns, pids) if ns is not None} - {_netns(os.getpid())}
+
+
+def _kill_in(namespaces: set[int]) -> None:
+    """SIGKILL every process in these network namespaces."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _netns(int(entry)) in namespaces:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), signal.SIGKILL)
 
 
 def tick_intfs(switch: str) -> tuple[str, str]:
@@ -235,11 +256,16 @@ class Network:
         net, self.net = self.net, None
         if net is None:
             return
+        namespaces = _namespaces([n.pid for n in [*net.hosts, *net.switches]])
         for sw in self.topo.switches:
             with contextlib.suppress(Exception):
                 net.get(sw.name).bmv2.terminate()
         with contextlib.suppress(Exception):
             net.stop()
+        # Mininet ends a node with SIGHUP, which a process started under nohup (or by anything
+        # else that ignores it) inherits as ignored: such a process (a command of --exec) would
+        # keep its namespace alive. Whatever is still in a node's namespace is killed.
+        _kill_in(namespaces)
 
     def host(self, name: str):
         assert self.net is not None
