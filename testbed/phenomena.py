@@ -10,7 +10,6 @@ a results folder (``p4_counters.csv``, ``summary.json``, the endpoints' ``qp_tim
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from collections import defaultdict
@@ -18,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from testbed.constants import DROP_PFC_CONSUMED, NUM_DROP_REASONS
+from testbed.endpoint_results import read_messages, read_qp_series
+from testbed.results import P4CounterRow, read_csv
 
 #: A cell of a P4 counter array: (switch, counter name, index).
 Cell = tuple[str, str, int]
@@ -89,13 +90,10 @@ def convergence_time(cumulative: dict[str, Series], start_s: float, end_s: float
 # -- results-folder readers -------------------------------------------------------------------
 
 def read_p4_counters(path: Path | str) -> dict[Cell, tuple[int, int]]:
-    """The last sample of every P4 counter cell in ``p4_counters.csv``: (packets, bytes)."""
-    out: dict[Cell, tuple[int, int]] = {}
-    with open(path) as fh:
-        for r in csv.DictReader(fh):
-            out[(r["switch"], r["counter"], int(r["index"]))] = (int(r["packets"]),
-                                                                 int(r["bytes"]))
-    return out
+    """The last sample of every P4 counter cell in ``p4_counters.csv``: (packets, bytes), read
+    through the results folder's one reader of that file (testbed.results)."""
+    return {(r.switch, r.counter, r.index): (r.packets, r.bytes)
+            for r in read_csv(Path(path), P4CounterRow)}
 
 
 def p4_drops(cells: dict[Cell, tuple[int, int]]) -> int:
@@ -157,12 +155,11 @@ def flow_acked_series(run_dir: Path, summary: dict) -> dict[str, Series]:
     sender's qp_timeseries.csv; a host samples all its QPs at the same instants)."""
     out: dict[str, Series] = {}
     for name, f in summary["flows"].items():
-        qpns = {str(q["qpn"]) for q in f["qps"]}
+        qpns = {int(q["qpn"]) for q in f["qps"]}
         by_t: dict[float, float] = defaultdict(float)
-        with open(run_dir / "endpoints" / f["src"] / "qp_timeseries.csv") as fh:
-            for r in csv.DictReader(fh):
-                if r["role"] == "requester" and r["qpn"] in qpns:
-                    by_t[float(r["t_s"])] += float(r["bytes"])
+        for r in read_qp_series(run_dir, f["src"]):
+            if r.role == "requester" and r.qpn in qpns:
+                by_t[r.t_s] += r.bytes
         out[name] = sorted(by_t.items())
     return out
 
@@ -174,8 +171,7 @@ def flow_goodput_bps(run_dir: Path, summary: dict, t0: float, t1: float) -> dict
 
 def median_fct_s(run_dir: Path, host: str) -> float | None:
     """Median completion time of the messages a host sent (its messages.csv)."""
-    with open(run_dir / "endpoints" / host / "messages.csv") as fh:
-        fcts = [float(r["fct_s"]) for r in csv.DictReader(fh)]
+    fcts = [m.fct_s for m in read_messages(run_dir, host)]
     return statistics.median(fcts) if fcts else None
 
 

@@ -21,6 +21,8 @@ from testbed.phenomena import (
     read_p4_counters,
     window_rate,
 )
+from tests.synthetic_run import qp_row
+from traffic.endpoint_telemetry import QP_COLUMNS
 
 
 def test_imbalance_even_and_polarized() -> None:
@@ -104,10 +106,12 @@ def test_flow_goodput_from_the_senders_series(tmp_path: Path) -> None:
     d.mkdir(parents=True)
     with open(d / "qp_timeseries.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["t_s", "qpn", "role", "bytes"])
+        w.writerow([c for c, _ in QP_COLUMNS])
         for t in range(5):  # two QPs of one flow, 1000 and 500 bytes/s; another QP ignored
-            w.writerows([(t, 4096, "requester", 1000 * t), (t, 4097, "requester", 500 * t),
-                         (t, 4200, "requester", 99 * t), (t, 32768, "responder", 7 * t)])
+            w.writerows([qp_row(t, 4096, "requester", 1000 * t),
+                         qp_row(t, 4097, "requester", 500 * t),
+                         qp_row(t, 4200, "requester", 99 * t),
+                         qp_row(t, 32768, "responder", 7 * t)])
     summary = {"flows": {"a": {"src": "h2", "qps": [{"qpn": 4096}, {"qpn": 4097}]}}}
     assert flow_goodput_bps(tmp_path, summary, 1.0, 3.0) == {"a": pytest.approx(8 * 1500)}
 
