@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import os
-import signal
 from pathlib import Path
 
 from mininet.link import Link
@@ -29,7 +28,7 @@ from testbed.config import FabricConfig
 from testbed.control import AGENT_PORT
 from testbed.ports import PortSpec, scheduler_commands
 from testbed.qos import port_specs
-from testbed.state import RunState
+from testbed.state import RunState, kill_in_namespaces, node_namespaces
 from testbed.topology import Topology, intf_name
 
 #: Socket send buffer for BMv2 (BMv2's simple_switch sends for all ports from one transmit thread on
@@ -93,26 +92,6 @@ class Bmv2Switch(Switch):
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
         self.bmv2.stop()
         super().stop(deleteIntfs)
-
-
-def _netns(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
-
-
-def _namespaces(pids: list[int]) -> set[int]:
-    """The network namespaces of these processes, the machine's own left out."""
-    return {ns for ns in map(_netns, pids) if ns is not None} - {_netns(os.getpid())}
-
-
-def _kill_in(namespaces: set[int]) -> None:
-    """SIGKILL every process in these network namespaces."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _netns(int(entry)) in namespaces:
-            with contextlib.suppress(OSError):
-                os.kill(int(entry), signal.SIGKILL)
 
 
 def tick_intfs(switch: str) -> tuple[str, str]:
@@ -256,7 +235,7 @@ class Network:
         net, self.net = self.net, None
         if net is None:
             return
-        namespaces = _namespaces([n.pid for n in [*net.hosts, *net.switches]])
+        namespaces = node_namespaces([n.pid for n in [*net.hosts, *net.switches]])
         for sw in self.topo.switches:
             with contextlib.suppress(Exception):
                 net.get(sw.name).bmv2.terminate()
@@ -265,7 +244,7 @@ class Network:
         # Mininet ends a node with SIGHUP, which a process started under nohup (or by anything
         # else that ignores it) inherits as ignored: such a process (a command of --exec) would
         # keep its namespace alive. Whatever is still in a node's namespace is killed.
-        _kill_in(namespaces)
+        kill_in_namespaces(namespaces)
 
     def host(self, name: str):
         assert self.net is not None

@@ -105,13 +105,45 @@ def kill_recorded(records: list[ProcRecord], grace: float = 2.0) -> int:
     return len(live)
 
 
+def netns_of(pid: int) -> int | None:
+    """The network namespace (its inode) a process is in; None if it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def node_namespaces(pids: list[int]) -> set[int]:
+    """The network namespaces of these processes, the machine's own left out."""
+    return {ns for ns in map(netns_of, pids) if ns is not None} - {netns_of(os.getpid())}
+
+
+def kill_in_namespaces(namespaces: set[int]) -> int:
+    """SIGKILL every process in these network namespaces; return how many.
+
+    A node's namespace lives as long as a process in it. Ending a node's shell (Mininet's
+    SIGHUP, or a kill of the recorded shell) does not end what it started when that ignores
+    the signal: anything started under nohup inherits SIGHUP as ignored."""
+    killed = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and netns_of(int(entry)) in namespaces:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
 def _root_interfaces() -> set[str]:
     return {p.name for p in Path("/sys/class/net").iterdir()}
 
 
 def clean_state(state: RunState) -> dict[str, int]:
-    """Remove what one run recorded. Returns counts of what was removed."""
+    """Remove what one run recorded, and whatever is still in its nodes' namespaces. Returns
+    counts of what was removed."""
+    namespaces = node_namespaces([r.pid for r in state.processes
+                                  if r.match.startswith("mininet:") and _matching(r)])
     killed = kill_recorded(state.processes)
+    killed += kill_in_namespaces(namespaces)
     deleted = 0
     present = _root_interfaces()
     for intf in state.interfaces:

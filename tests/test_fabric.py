@@ -97,7 +97,10 @@ def _start_background(tmp: Path) -> subprocess.Popen:
     p = subprocess.Popen(TESTBED + ["up", "--spines", "1", "--leaves", "2", "--hosts-per-leaf",
                                     "1", "--exec", "h1 sleep 120", "--results", str(tmp)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=Path(__file__).parent.parent)
+                         cwd=Path(__file__).parent.parent,
+                         # Ctrl-C reaches it as in a terminal, even when this test run was
+                         # started in the background (which ignores SIGINT in its children)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline:
         if len(leftovers()["switches"]) == 3 and any(
