@@ -103,12 +103,15 @@ def test_dcqcn_alone_slows_the_senders_without_pfc(incast) -> None:
 
 
 def test_lossy_incast_loses_and_resends(incast) -> None:
+    """Against incast-pfc: the same senders, with nothing slowing them either, so PFC is the
+    one difference. (incast-both's DCQCN leaves the receiver's link partly idle on its own, by
+    how much varies from run to run, so it is no yardstick for what the losses cost.)"""
     lossy = incast["lossy"][1]
     assert retransmitted(lossy) > 0
-    got = delivered_bytes(lossy)
-    lossless = min(delivered_bytes(incast[m][1]) for m in ("pfc", "both"))
-    print(f"delivered: lossy {got} bytes, lossless at least {lossless}")
-    assert got < 0.8 * lossless, f"lossy delivered {got} bytes, the lossless runs {lossless}"
+    got, lossless = delivered_bytes(lossy), delivered_bytes(incast["pfc"][1])
+    print(f"delivered: lossy {got} bytes, PFC {lossless} (ratio {got / lossless:.2f}), "
+          f"PFC + DCQCN {delivered_bytes(incast['both'][1])}")
+    assert got < 0.8 * lossless, f"lossy delivered {got} bytes, the same incast with PFC {lossless}"
 
 
 # -- congestion spreading: the victim flow ----------------------------------------------------

@@ -66,7 +66,7 @@ def lossless_no_drops(ctx: Context, run: RunData) -> Verdict:
 @check("lossy_drops")
 def lossy_drops(ctx: Context, run: RunData) -> Verdict:
     """Without PFC the same incast drops packets and the senders go back N."""
-    if (bad := moved(run, 0.02)) is not None:
+    if (bad := moved(run, 0.02, each=False)) is not None:
         return bad
     if 3 in run.lossless():
         return failed(f"PFC is still on for class 3 (qos.pfc_enable {run.lossless()})",
@@ -76,8 +76,14 @@ def lossy_drops(ctx: Context, run: RunData) -> Verdict:
         return failed(f"{drops} packets dropped, {rtx} retransmitted: the queue never overflowed",
                       "keep the incast as it is (several senders, DCQCN off), so that the "
                       "receiver's queue overflows its buffer (qos.buffer_bytes)")
+    flows = run.flow_bytes()
+    least = min(flows, key=flows.__getitem__)
+    starved = ""
+    if len(flows) > 1 and flows[least] < 0.2 * max(flows.values()):
+        starved = (f"; flow {least} got {flows[least]} bytes, under a fifth of the most any "
+                   "flow got: a resend lost again waits for the retransmission timeout")
     return passed(f"{drops} packets dropped by the switches; the senders retransmitted {rtx} "
-                  "(Go-Back-N resends everything after a lost packet)")
+                  f"(Go-Back-N resends everything after a lost packet){starved}")
 
 
 def _profile(run: RunData, tc: int) -> dict | None:
