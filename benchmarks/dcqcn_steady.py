@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.scenario import parse_scenario, run_scenario  # noqa: E402
+from testbed.scenario import parse_scenario  # noqa: E402
+from testbed.scenario_run import run_scenario  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 SENDERS = ["h3", "h4", "h5", "h6"]

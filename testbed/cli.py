@@ -15,23 +15,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from testbed.cli_output import console, print_fidelity, print_run
+from testbed.cli_output import say as _say
 from testbed.config import ConfigError, FabricConfig
 from testbed.labs.cli import lab_app
+from testbed.owner import for_sudo_user
 from testbed.validate import explain, load_config, parse_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="roce-testbed: an emulated lossless-Ethernet (RoCEv2) lab.")
-console = Console(stderr=True, soft_wrap=True)
-
-
-def _say(*parts: str | tuple[str, str]) -> None:
-    """Print user-facing text literally: plain strings, or (text, style) pairs for colour.
-
-    Rich would read square brackets in a message as markup and drop them: a name's pattern
-    ``^[a-z][a-z0-9-]{0,23}$`` printed as ``^{0,23}$``. Text.assemble never parses markup."""
-    console.print(Text.assemble(*parts), highlight=False)
-
-
 def _progress(msg: str) -> None:
     _say((">", "cyan"), " ", msg)
 
@@ -39,16 +31,6 @@ def _progress(msg: str) -> None:
 def _fail(msg: str, code: int = 2) -> None:
     _say(("error:", "red"), " ", msg)
     raise typer.Exit(code)
-
-
-def _print_fidelity(section: dict | None) -> None:
-    """The fidelity guard's verdict after the results (testbed.fidelity): red when a run was
-    not a faithful emulation, with every reason."""
-    from testbed.fidelity import lines
-
-    style = "green" if section and section["ok"] else "bold red"
-    for line in lines(section):
-        console.print(line, style=style, markup=False, highlight=False)
 
 
 def _fabric_config(config: Path | None, overrides: dict) -> FabricConfig:
@@ -112,17 +94,27 @@ def up(
                           parallel_links=parallel_links)
     cfg = _switch_or_exit(cfg, log=log, build=build)
 
-    from testbed.bmv2 import SwitchStartError
-    from testbed.control import ControlPlaneError
-    from testbed.fabric import Fabric
-    from testbed.network import FabricError
-    from testbed.run import Run, already_running, interrupt_on_sigterm
+    from testbed.run import already_running
     from testbed.topology import build_topology
 
     if already_running(cfg.name):
         _fail(f"a fabric named {cfg.name!r} is already recorded as running; stop it with "
               "`sudo testbed down` (or give this one another name)")
     topo = build_topology(cfg)
+    with for_sudo_user(results):
+        status = _up(cfg, topo, results, endpoints, pingall, exec_)
+    raise typer.Exit(status)
+
+
+def _up(cfg: FabricConfig, topo, results: Path, endpoints: bool, pingall: bool,
+        exec_: list[str] | None) -> int:
+    """`testbed up` from bring-up to teardown; its exit status."""
+    from testbed.bmv2 import SwitchStartError
+    from testbed.control import ControlPlaneError
+    from testbed.fabric import Fabric
+    from testbed.network import FabricError
+    from testbed.run import Run, interrupt_on_sigterm
+
     run_ctx = Run.named(cfg, topo, results, progress=_progress)
     run_dir = run_ctx.results_dir
     interrupt_on_sigterm()
@@ -159,8 +151,8 @@ def up(
         fabric.stop()
         summary = run_ctx.telemetry_summary()
         if summary is not None:
-            _print_fidelity(summary.get("fidelity"))
-    raise typer.Exit(status)
+            print_fidelity(summary.get("fidelity"))
+    return status
 
 
 def _run_exec(fabric, commands: list[str], status: int) -> int:
@@ -212,7 +204,8 @@ def run(
 ) -> None:
     """Run a scenario: fabric, QoS, watchdog, flows and faults on a timeline; write results."""
     from testbed.capture import CaptureError, target_problem
-    from testbed.scenario import load_scenario, run_scenario
+    from testbed.scenario import load_scenario
+    from testbed.scenario_run import run_scenario
 
     try:
         sc = load_scenario(scenario)
@@ -229,35 +222,20 @@ def run(
 
     interrupt_on_sigterm()
     from testbed.bmv2 import SwitchStartError
+    from testbed.cli_progress import RunProgress
     from testbed.control import ControlPlaneError
     from testbed.network import FabricError
+    from testbed.scenario_run import RunFailed
 
     try:
-        res = run_scenario(sc, results, progress=_progress)
-    except (SwitchStartError, ControlPlaneError, FabricError, CaptureError) as exc:
+        with for_sudo_user(results), RunProgress(console) as live:
+            res = run_scenario(sc, results, progress=_progress, status=live.status)
+    except (SwitchStartError, ControlPlaneError, FabricError, CaptureError, RunFailed) as exc:
         _fail(str(exc), 1)
     except KeyboardInterrupt:
         console.print("interrupted: the fabric was torn down; partial results were kept")
         raise typer.Exit(130) from None
-    s = res.summary
-    _say(("done", "green"), f": results in {res.results_dir}")
-    for pcap in s.get("captures", []):
-        _say(f"  capture: {res.results_dir / pcap}")
-    for name, f in s.get("flows", {}).items():
-        _say(f"  flow {name}: {f['src']} -> {f['dst']}, {f['bytes_received']} bytes")
-    if s.get("headline"):
-        from testbed.headline_text import headline_tables
-
-        for table in headline_tables(s["headline"]):
-            console.print(table)
-    for e in s.get("watchdog_events", []):
-        _say(f"  watchdog: {e['switch']} port {e['port']} class {e['tc']}: "
-             f"{e['event']} {e.get('detail', '')}")
-    from testbed.report import deadlock_lines
-
-    for line in deadlock_lines(s.get("deadlock")):
-        console.print(f"  {line[2:]}", markup=False)
-    _print_fidelity(s.get("fidelity"))
+    print_run(res.results_dir, res.summary)
 
 
 @app.command()

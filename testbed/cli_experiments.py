@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.headline_text import FIGURES, fmt
+from testbed.owner import for_sudo_user
 
 
 class ExperimentError(Exception):
@@ -54,12 +55,13 @@ def sweep_main(scenario: Path, sets: list[str], repeat: int, out: Path | None,
     from testbed.control import ControlPlaneError
     from testbed.network import FabricError
     from testbed.run import interrupt_on_sigterm
-    from testbed.scenario import run_scenario
+    from testbed.scenario_run import run_scenario
 
     interrupt_on_sigterm()
     progress(f"{len(plan.points)} points x {repeat} run(s) into {folder}")
     try:
-        records = run_sweep(plan, folder, run_scenario, progress)
+        with for_sudo_user(results, folder.parent):
+            records = run_sweep(plan, folder, run_scenario, progress)
     except (SwitchStartError, ControlPlaneError, FabricError) as exc:
         raise ExperimentError(f"{exc} (the runs before it are in {folder})", 1) from None
     except KeyboardInterrupt:
@@ -95,6 +97,8 @@ def compare_main(folders: list[Path], out: Path | None, console) -> int:
         console.print("--out DIR also writes compare.md, compare.csv and compare.png (the "
                       "flows' goodput and PFC frames over time, overlaid)", markup=False)
         return 0
-    for path in write(views, out):
+    with for_sudo_user(out.parent):
+        paths = write(views, out)
+    for path in paths:
         console.print(f"wrote {path}", markup=False, highlight=False)
     return 0

@@ -39,22 +39,16 @@ the endpoints' per-QP series, P4 counters sampled over the run (``p4_counters.cs
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from testbed.analysis import deadlock_summary
-from testbed.capture import Captures
 from testbed.config import ConfigError, FabricConfig
-from testbed.counter_sampler import CounterSampler
-from testbed.results import P4_COUNTERS_FILE, run_events
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
-from traffic.flows import FlowRunner, FlowSpec
+from traffic.flows import FlowSpec
 
 
 class RouteOverride(BaseModel):
@@ -269,161 +263,3 @@ def _capture_problems(extras: ScenarioExtras, topo: Topology) -> list[str]:
 
     return [f"capture.{i}: {msg}" for i, t in enumerate(extras.capture)
             if (msg := target_problem(t, topo)) is not None]
-
-
-# -- running ----------------------------------------------------------------------------------
-
-@dataclass
-class RunResult:
-    results_dir: Path
-    summary: dict = field(default_factory=dict)
-
-
-def run_scenario(sc: Scenario, results_root: Path, progress=print) -> RunResult:
-    from testbed.fabric import Fabric
-    from testbed.measure import fabric_counters, hidden_loss, kernel_drops
-    from testbed.run import Run
-
-    run = Run.named(sc.cfg, sc.topo, results_root, progress)
-    run_dir = run.results_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "scenario.json").write_text(json.dumps(
-        {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
-        indent=2))
-    res = RunResult(run_dir)
-    fabric = Fabric(sc.cfg, sc.topo, run_dir, run=run)
-    timeline: list[dict] = []
-    sampler = None
-    stopped_at: float | None = None
-    captures = Captures(sc.extras.capture, run_dir, run.state, sc.extras.capture_max_mb,
-                        sc.extras.capture_snaplen_bytes)
-    try:
-        fabric.start()
-        captures.start(fabric.net)  # before any traffic
-        eps = fabric.start_endpoints(sc.extras.endpoints.args())
-        runner = FlowRunner(sc.extras.flows, eps, {h.name: h.ip for h in sc.topo.hosts})
-        sampler = CounterSampler(fabric, run_dir / P4_COUNTERS_FILE, sc.extras.sample_period_s)
-        sampler.start()
-        events = sorted(
-            [(f.at_s, "fault", f) for f in sc.extras.faults]
-            + [(f.until_s, "fault_end", f) for f in sc.extras.faults if f.until_s is not None],
-            key=lambda e: e[0])
-        def clock() -> float:  # the run's clock, as in the agents' telemetry
-            return round(time.monotonic() - fabric.t0, 3)
-
-        t0 = time.monotonic()  # flows' start_s and faults' at_s count from here
-        runner.start(t0)
-        timeline.append({"t_s": clock(), "event": "start"})
-        progress(f"running for {sc.extras.duration_s:g} s")
-        for at, kind, f in events:
-            delay = t0 + at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            what = _apply_fault(fabric, f, end=(kind == "fault_end"))
-            timeline.append({"t_s": clock(), "event": what})
-        delay = t0 + sc.extras.duration_s - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        runner.stop()
-        for c in eps.values():  # senders stop: what the network holds now stays or drains
-            c.call(cmd="halt")
-        stopped_at = clock()
-        timeline.append({"t_s": stopped_at, "event": "senders stop"})
-        time.sleep(sc.extras.settle_s)
-        counters = fabric_counters(fabric)
-        res.summary = _summary(sc, eps, runner, counters, timeline)
-        res.summary["kernel_drops_lossless"] = sum(kernel_drops(counters, tc)
-                                                   for tc in sc.cfg.qos.pfc_enable)
-        res.summary["hidden_loss"] = hidden_loss(counters)
-    finally:
-        if sampler is not None:
-            sampler.stop_event.set()
-            sampler.join(timeout=5)
-        if captures.targets:
-            res.summary["captures"] = captures.stop()
-        fabric.stop()
-        tel = run.telemetry_summary()
-        if tel is not None:  # the fidelity guard's verdict, written as the fabric stopped
-            res.summary["fidelity"] = tel.get("fidelity")
-        res.summary.setdefault("timeline", timeline)
-        res.summary["watchdog_events"] = _watchdog_events(run_dir)
-        if stopped_at is not None:
-            res.summary["deadlock"] = deadlock_summary(run_dir, stopped_at,
-                                                       list(sc.cfg.qos.pfc_enable))
-        _add_headline(run_dir, res.summary, progress)
-        (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
-        _write_reports(run_dir, progress)
-    return res
-
-
-def _add_headline(run_dir: Path, summary: dict, progress) -> None:
-    """summary["headline"]: the figures runs are compared by (testbed.headline)."""
-    from testbed.headline import compute_headline
-
-    try:
-        summary["headline"] = compute_headline(run_dir, summary)
-    except Exception as exc:  # the figures must not hide the results they come from
-        progress(f"headline figures not computed: {exc}")
-
-
-def _write_reports(run_dir: Path, progress) -> None:
-    """report.md and report.png, then report.html; a report must not hide the results it
-    reports on, so a failure is said and the run goes on."""
-    from testbed.report import make_report
-    from testbed.report_html import write_html_report
-
-    for name, write in (("report", make_report), ("report.html", write_html_report)):
-        try:
-            write(run_dir)
-        except Exception as exc:
-            progress(f"{name} not written: {exc}")
-
-
-def _apply_fault(fabric, f: Fault, end: bool) -> str:
-    if f.link_down is not None or f.link_up is not None:
-        # both ends route around a failed link, and so does the rest of the fabric
-        ref, up = (f.link_up, True) if f.link_up is not None else (f.link_down, False)
-        index = ref[2] if len(ref) > 2 else None
-        changed = fabric.set_link(ref[0], ref[1], up, index)
-        which = f" (parallel link {index})" if index is not None else ""
-        return (f"link {ref[0]}-{ref[1]}{which} {'up' if up else 'down'} "
-                f"(routes changed on {', '.join(changed) or 'no switch'})")
-    c = fabric.endpoints[f.host]
-    if end or f.mode == "none":
-        c.call(cmd="fault", mode="none")
-        return f"{f.host}: fault ends"
-    req: dict = {"mode": f.mode, "tc": f.tc}
-    if f.max_rx_pps:
-        req["max_rx_pps"] = f.max_rx_pps
-    if f.mode == "rx_loss":
-        req.update(rate=f.rate, seed=f.seed)
-        c.call(cmd="fault", **req)
-        return f"{f.host}: rx_loss (rate {f.rate:g}, seed {f.seed})"
-    c.call(cmd="fault", **req)
-    return f"{f.host}: {f.mode} (class {f.tc})"
-
-
-def _watchdog_events(run_dir: Path) -> list[dict]:
-    """The agents' watchdog events (storm_detected, storm_restored), as summary.json has them."""
-    return [asdict(e) for e in run_events(run_dir) if e.event.startswith("storm")]
-
-
-def _summary(sc: Scenario, eps, runner, counters, timeline) -> dict:
-    flows = {}
-    for f in sc.extras.flows:
-        src = eps[f.src].call(cmd="stats")["qps"]
-        dst = eps[f.dst].call(cmd="stats")["qps"]
-        qps = []
-        for a in runner.assignments[f.name]:
-            s, d = src.get(str(a.requester_qpn), {}), dst.get(str(a.responder_qpn), {})
-            qps.append({"qpn": a.requester_qpn, "bytes_acked": s.get("bytes_acked", 0),
-                        "bytes_received": d.get("bytes", 0),
-                        "retransmitted": s.get("retransmitted", 0), "naks": s.get("naks", 0),
-                        "cnps_received": s.get("cnps_received", 0),
-                        "complete": s.get("idle", False)})
-        flows[f.name] = {"src": f.src, "dst": f.dst, "qps": qps,
-                         "bytes_received": sum(q["bytes_received"] for q in qps)}
-    pfc_tx = {name: sum(sc_.pfc_tx.values()) for name, sc_ in counters.items()}
-    return {"scenario": sc.cfg.name, "duration_s": sc.extras.duration_s, "flows": flows,
-            "pfc_frames_sent": pfc_tx, "timeline": timeline,
-            "flow_errors": runner.errors}

@@ -157,6 +157,8 @@ def clean_state(state: RunState) -> dict[str, int]:
             removed += 1
     with contextlib.suppress(FileNotFoundError):
         state.path.unlink()
+    with contextlib.suppress(OSError):  # the run's folder of sockets, once it is empty
+        runtime_dir_for(state.name).rmdir()
     return {"processes": killed, "interfaces": deleted, "files": removed}
 
 

@@ -22,7 +22,8 @@ import yaml
 from testbed.capture import parse_target, target_problem
 from testbed.config import ConfigError
 from testbed.measure import peer_ports
-from testbed.scenario import parse_scenario, run_scenario
+from testbed.scenario import parse_scenario
+from testbed.scenario_run import run_scenario
 from traffic.packets import ACK, CNP, DATA_OPCODES
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,7 +20,8 @@ import pytest
 from testbed.analysis import load_events, load_telemetry, stalls
 from testbed.constants import NUM_TCS
 from testbed.measure import peer_ports
-from testbed.scenario import Scenario, load_scenario, run_scenario
+from testbed.scenario import Scenario, load_scenario
+from testbed.scenario_run import run_scenario
 
 #: In the slow set (``pytest -m slow``): four flows of 8 QPs at line rate on six switches run two
 #: cores at their limit, and on a busy machine the runs it judges are flagged as not faithful

@@ -405,7 +405,7 @@ SLOW = {6, 7}
 def _do_lab(lab: Lab, variant: str, folder: Path, reuse: Path | None = None) -> list:
     """Start the lab in ``folder``, put the variant's files in, run what they change (the
     other runs are copied from ``reuse``), and grade the folder as `testbed lab check` does."""
-    from testbed.scenario import run_scenario
+    from testbed.scenario_run import run_scenario
 
     copy_starter(lab, folder)
     changed = sorted(p.name for p in (lab.path / variant).iterdir())

@@ -40,7 +40,8 @@ from testbed.phenomena import (
     retransmitted,
     run_start_s,
 )
-from testbed.scenario import Scenario, parse_scenario, run_scenario
+from testbed.scenario import Scenario, parse_scenario
+from testbed.scenario_run import run_scenario
 
 pytestmark = pytest.mark.bmv2
 

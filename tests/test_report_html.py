@@ -121,7 +121,8 @@ SCENARIO = {
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> Path:
-    from testbed.scenario import parse_scenario, run_scenario
+    from testbed.scenario import parse_scenario
+    from testbed.scenario_run import run_scenario
 
     res = run_scenario(parse_scenario(SCENARIO), tmp_path_factory.mktemp("html"),
                        progress=lambda _m: None)

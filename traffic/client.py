@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,15 +32,22 @@ class EndpointClient:
                     raise EndpointError(f"no endpoint answers at {self.path}") from None
                 time.sleep(0.02)
         self._buf = b""
+        # One request at a time: the flow runner's thread starts flows while the run's own
+        # thread asks for stats (its progress display) on the same socket.
+        self._lock = threading.Lock()
 
     def call(self, **req) -> dict:
-        self.sock.sendall(json.dumps(req).encode() + b"\n")
-        while b"\n" not in self._buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise EndpointError("endpoint closed the connection")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
+        with self._lock:
+            try:
+                self.sock.sendall(json.dumps(req).encode() + b"\n")
+                while b"\n" not in self._buf:
+                    chunk = self.sock.recv(65536)
+                    if not chunk:
+                        raise EndpointError("endpoint closed the connection")
+                    self._buf += chunk
+            except OSError as exc:  # it died, or stopped answering within the timeout
+                raise EndpointError(f"endpoint stopped answering ({exc})") from None
+            line, self._buf = self._buf.split(b"\n", 1)
         resp = json.loads(line)
         if not resp.get("ok"):
             raise EndpointError(resp.get("error", "unknown error"))

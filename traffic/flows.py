@@ -124,14 +124,19 @@ class FlowRunner:
         if self._thread:
             self._thread.join(timeout=5)
 
+    def flows_done(self) -> list[str]:
+        """The flows that have started and whose requester QPs have nothing left to send
+        (every message acknowledged)."""
+        out = []
+        for f in self.flows:
+            if f.name not in self.started:
+                continue
+            qps = self.clients[f.src].call(cmd="stats")["qps"]
+            if all(qps.get(str(a.requester_qpn), {}).get("idle", False)
+                   for a in self.assignments[f.name]):
+                out.append(f.name)
+        return out
+
     def done(self) -> bool:
         """True once every flow has started and every requester QP has nothing left to send."""
-        if len(self.started) < len(self.flows):
-            return False
-        for f in self.flows:
-            st = self.clients[f.src].call(cmd="stats")
-            for a in self.assignments[f.name]:
-                q = st["qps"].get(str(a.requester_qpn))
-                if q is None or not q.get("idle", False):
-                    return False
-        return True
+        return len(self.started) == len(self.flows) and len(self.flows_done()) == len(self.flows)

@@ -13,6 +13,7 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from testbed.labs.catalog import Lab, LabError, all_labs, find_lab
+from testbed.owner import sudo_owner
 
 lab_app = typer.Typer(no_args_is_help=True, help="Classroom labs: a sheet, a setting to change, "
                       "an experiment, and a grade.")
@@ -71,14 +72,6 @@ def copy_starter(lab: Lab, folder: Path, owner: tuple[int, int] | None = None) -
     return made
 
 
-def _sudo_owner() -> tuple[int, int] | None:
-    """The user who ran sudo, so that the files are the student's, not root's."""
-    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
-    if os.geteuid() == 0 and uid and gid and uid.isdigit() and gid.isdigit():
-        return int(uid), int(gid)
-    return None
-
-
 @lab_app.command("start")
 def start(number: int,
           folder: Annotated[Path | None, typer.Argument(help="Working folder (default "
@@ -87,7 +80,7 @@ def start(number: int,
     lab = _lab(number)
     folder = folder or default_folder(number)
     try:
-        made = copy_starter(lab, folder, _sudo_owner())
+        made = copy_starter(lab, folder, sudo_owner())
     except OSError as exc:
         _fail(f"cannot make {folder}: {exc.strerror}")
         return
