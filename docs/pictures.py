@@ -1,0 +1,260 @@
+"""The pictures of README's "Experiments" section, from real runs: each experiment's scenario
+runs here on real BMv2 switches (as `testbed run` runs it), then one figure per phenomenon goes
+into docs/phenomena/NAME.png and the figures its caption quotes into docs/phenomena/NAME.json.
+
+    sudo .venv/bin/python docs/pictures.py                  # every picture, about 8 minutes
+    sudo .venv/bin/python docs/pictures.py incast ecmp      # some of them
+    sudo .venv/bin/python docs/pictures.py --keep runs/     # and keep the runs' folders
+
+The figures come from testbed.phenomena and testbed.headline_series, the same readers the
+tests and the reports use. Takes the machine-wide fabric lock around each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from testbed.headline_series import flow_goodput, run_pfc_frames  # noqa: E402
+from testbed.phenomena import (  # noqa: E402
+    delivered_bytes,
+    flow_goodput_bps,
+    imbalance,
+    jain_index,
+    link_shares,
+    median_fct_s,
+    pfc_frames_sent,
+    retransmitted,
+    run_start_s,
+)
+from testbed.scenario import parse_scenario  # noqa: E402
+from testbed.scenario_run import run_scenario  # noqa: E402
+from testbed.state import fabric_lock  # noqa: E402
+
+OUT = REPO / "docs" / "phenomena"
+Run = tuple[dict, Path]  # summary, results folder
+
+
+def run(name: str, tmp: Path, change: Callable[[dict], None] | None = None,
+        label: str = "") -> Run:
+    data = yaml.safe_load((REPO / "scenarios" / f"{name}.yaml").read_text())
+    if change is not None:
+        change(data)
+    print(f"running {name} {label}", flush=True)
+    with fabric_lock():
+        res = run_scenario(parse_scenario(data, name), tmp / (label or name),
+                           progress=lambda _m: None)
+    fid = res.summary.get("fidelity") or {}
+    if not fid.get("ok", True):
+        print(f"  {name} {label}: not a faithful emulation: {fid.get('reasons')}")
+    return res.summary, res.results_dir
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _total(series: dict[str, list[tuple[float, float]]], step: float = 0.1
+           ) -> tuple[list[float], list[float]]:
+    """The flows' goodput summed on a common time grid (each flow's last sample at each t)."""
+    pts = [p for s in series.values() for p in s]
+    if not pts:
+        return [], []
+    end = max(t for t, _ in pts)
+    grid = [i * step for i in range(int(end / step) + 1)]
+    total = []
+    for t in grid:
+        v = 0.0
+        for s in series.values():
+            last = [y for x, y in s if x <= t]
+            v += last[-1] if last else 0.0
+        total.append(v)
+    return grid, total
+
+
+def _save(fig, name: str, figures: dict) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(OUT / f"{name}.png", dpi=80)
+    (OUT / f"{name}.json").write_text(json.dumps(figures, indent=1) + "\n")
+    print(f"wrote docs/phenomena/{name}.png: {figures}")
+
+
+# -- one picture per phenomenon ----------------------------------------------------------------
+
+def incast(tmp: Path) -> None:
+    plt = _plt()
+    fig, (ax_g, ax_p) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    figures = {}
+    for mode in ("pfc", "both", "dcqcn", "lossy"):
+        summary, d = run(f"incast-{mode}", tmp)
+        t, total = _total(flow_goodput(d, summary))
+        ax_g.plot(t, total, label=mode)
+        pfc = run_pfc_frames(d, summary)
+        ax_p.step([x for x, _ in pfc], [y for _, y in pfc], where="post", label=mode)
+        figures[mode] = {"delivered_mb": round(delivered_bytes(summary) / 1e6, 2),
+                         "pfc_frames": pfc_frames_sent(summary),
+                         "retransmitted": retransmitted(summary),
+                         "lossless_drops": summary["kernel_drops_lossless"]}
+    ax_g.set_ylabel("goodput into h1 (Mbit/s)")
+    ax_g.set_title("3:1 incast into a 10 Mbit/s link, four ways")
+    ax_p.set_ylabel("PFC frames received")
+    ax_p.set_xlabel("seconds since the senders started")
+    for ax in (ax_g, ax_p):
+        ax.legend(fontsize=8)
+    _save(fig, "incast", figures)
+
+
+def victim(tmp: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    figures = {}
+    for mode in ("pfc", "dcqcn"):
+        summary, d = run(f"victim-{mode}", tmp)
+        g = flow_goodput(d, summary)["victim"]
+        ax.plot([x for x, _ in g], [y for _, y in g], label=f"victim, {mode}")
+        t = run_start_s(summary)
+        figures[mode] = {"victim_mbps": round(
+            flow_goodput_bps(d, summary, t + 2.5, t + 5.5)["victim"] / 1e6, 2)}
+    ax.axhline(5.0, color="grey", linestyle=":", label="what it asks for (2 QPs x 2.5 Mbit/s)")
+    ax.set_ylabel("victim goodput (Mbit/s)")
+    ax.set_xlabel("seconds since the senders started (the victim starts at 2 s)")
+    ax.set_title("congestion spreading: a flow to an idle host, beside a 4:1 incast")
+    ax.legend(fontsize=8)
+    _save(fig, "victim", figures)
+
+
+def ecmp(tmp: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    figures = {}
+    width = 0.4
+    for i, name in enumerate(("polarized", "entropy")):
+        summary, d = run(f"ecmp-{name}", tmp)
+        shares = link_shares(d, "leaf1", "spine")
+        ports = sorted(shares)
+        ax.bar([j + (i - 0.5) * width for j in range(len(ports))],
+               [shares[p] for p in ports], width, label=name)
+        figures[name] = {"shares": [round(shares[p], 3) for p in ports],
+                         "imbalance": round(imbalance([shares[p] for p in ports]), 2)}
+    ax.set_xticks(range(len(ports)), [f"uplink {j + 1}" for j in range(len(ports))])
+    ax.set_ylabel("share of leaf1's uplink bytes")
+    ax.set_title("16 QPs from h1 to h2 over four uplinks: one UDP source port, or one per QP")
+    ax.legend(fontsize=8)
+    _save(fig, "ecmp", figures)
+
+
+def loss(tmp: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    rates = [0.0, 0.001, 0.01, 0.05]
+    figures = {}
+    for rate in rates:
+        def change(data: dict, rate: float = rate) -> None:
+            data["faults"][0]["rate"] = rate
+        summary, d = run("loss-gobackn", tmp, change, label=f"loss-{rate}")
+        figures[str(rate)] = {
+            "goodput_mbps": round(summary["headline"]["goodput_mbps"], 2),
+            "fct_median_s": median_fct_s(d, "h1"),
+            "retransmitted": retransmitted(summary)}
+    labels = [f"{r:.1%}" for r in rates]
+    ax.bar(labels, [figures[str(r)]["goodput_mbps"] for r in rates])
+    ax.set_xlabel("random loss into the receiver (the rx_loss fault)")
+    ax.set_ylabel("goodput (Mbit/s)")
+    ax.set_title("Go-Back-N: two senders into h3, PFC on; each loss resends a window")
+    _save(fig, "loss", figures)
+
+
+def fairness(tmp: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
+    figures = {}
+    for ax, name in zip(axes, ("dcqcn-fairness", "dcqcn-fairness-connectx"), strict=True):
+        summary, d = run(name, tmp)
+        for flow, g in flow_goodput(d, summary).items():
+            ax.plot([x for x, _ in g], [y for _, y in g], label=flow, linewidth=1)
+        t = run_start_s(summary)
+        end = t + summary["duration_s"] - 0.5
+        jain = jain_index(list(flow_goodput_bps(d, summary, end - 5, end).values()))
+        profile = "paper" if name == "dcqcn-fairness" else "ConnectX"
+        figures[profile] = {"jain_last_5s": round(jain, 3)}
+        ax.set_title(f"DCQCN, {profile} parameters: Jain {jain:.2f} over the last 5 s",
+                     fontsize=10)
+        ax.set_xlabel("seconds since the first sender started")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("goodput (Mbit/s)")
+    _save(fig, "fairness", figures)
+
+
+def slow_receiver(tmp: Path) -> None:
+    plt = _plt()
+    fig, (ax_g, ax_p) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
+    summary, d = run("slow-receiver", tmp)
+    for flow, g in flow_goodput(d, summary).items():
+        ax_g.plot([x for x, _ in g], [y for _, y in g], label=flow)
+    pfc = run_pfc_frames(d, summary)
+    ax_p.step([x for x, _ in pfc], [y for _, y in pfc], where="post")
+    ax_g.axvline(1.0, color="grey", linestyle=":")
+    ax_g.set_ylabel("goodput (Mbit/s)")
+    ax_g.set_title("h1 slows to 100 packets/s at 1 s: its pauses hold h3 to that rate, and "
+                   "spread to h4 -> h2", fontsize=10)
+    ax_g.legend(fontsize=8)
+    ax_p.set_ylabel("PFC frames received")
+    ax_p.set_xlabel("seconds since the senders started")
+    _save(fig, "slow-receiver", {
+        "pfc_frames": pfc_frames_sent(summary), "lossless_drops":
+        summary["kernel_drops_lossless"], "delivered_mb": {
+            n: round(f["bytes_received"] / 1e6, 2) for n, f in summary["flows"].items()}})
+
+
+def storm(tmp: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    figures = {}
+    for mode in ("off", "on"):
+        summary, d = run(f"storm-watchdog-{mode}", tmp)
+        g = flow_goodput(d, summary)["victim"]
+        ax.plot([x for x, _ in g], [y for _, y in g], label=f"victim, watchdog {mode}")
+        figures[f"watchdog_{mode}"] = {
+            "victim_mb": round(summary["flows"]["victim"]["bytes_received"] / 1e6, 2),
+            "watchdog_events": len(summary.get("watchdog_events", []))}
+    ax.axvspan(2, 8, color="red", alpha=0.08, label="h2's NIC storms PAUSE (2 s to 8 s)")
+    ax.set_ylabel("victim goodput (Mbit/s)")
+    ax.set_xlabel("seconds since the senders started")
+    ax.set_title("a storming NIC starves a victim that shares its spine; the watchdog frees it")
+    ax.legend(fontsize=8)
+    _save(fig, "storm", figures)
+
+
+PICTURES = {"incast": incast, "victim": victim, "ecmp": ecmp, "loss": loss,
+            "fairness": fairness, "slow-receiver": slow_receiver, "storm": storm}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("which", nargs="*", choices=[[], *PICTURES], default=[],
+                    help="pictures to draw (default: all)")
+    ap.add_argument("--keep", type=Path, help="keep the runs' results folders here")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or Path(scratch)
+        for name in args.which or PICTURES:
+            PICTURES[name](tmp)
+
+
+if __name__ == "__main__":
+    main()
