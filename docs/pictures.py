@@ -24,7 +24,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from testbed.headline_series import flow_goodput, run_pfc_frames  # noqa: E402
+from testbed.headline_series import flow_goodput, run_pfc_frames, run_start  # noqa: E402
 from testbed.phenomena import (  # noqa: E402
     delivered_bytes,
     flow_goodput_bps,
@@ -34,7 +34,6 @@ from testbed.phenomena import (  # noqa: E402
     median_fct_s,
     pfc_frames_sent,
     retransmitted,
-    run_start_s,
 )
 from testbed.scenario import parse_scenario  # noqa: E402
 from testbed.scenario_run import run_scenario  # noqa: E402
@@ -127,7 +126,7 @@ def victim(tmp: Path) -> None:
         summary, d = run(f"victim-{mode}", tmp)
         g = flow_goodput(d, summary)["victim"]
         ax.plot([x for x, _ in g], [y for _, y in g], label=f"victim, {mode}")
-        t = run_start_s(summary)
+        t = run_start(summary)
         figures[mode] = {"victim_mbps": round(
             flow_goodput_bps(d, summary, t + 2.5, t + 5.5)["victim"] / 1e6, 2)}
     ax.axhline(5.0, color="grey", linestyle=":", label="what it asks for (2 QPs x 2.5 Mbit/s)")
@@ -187,7 +186,7 @@ def fairness(tmp: Path) -> None:
         summary, d = run(name, tmp)
         for flow, g in flow_goodput(d, summary).items():
             ax.plot([x for x, _ in g], [y for _, y in g], label=flow, linewidth=1)
-        t = run_start_s(summary)
+        t = run_start(summary)
         end = t + summary["duration_s"] - 0.5
         jain = jain_index(list(flow_goodput_bps(d, summary, end - 5, end).values()))
         profile = "paper" if name == "dcqcn-fairness" else "ConnectX"

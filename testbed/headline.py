@@ -28,6 +28,7 @@ from pathlib import Path
 from testbed.constants import NUM_TCS
 from testbed.endpoint_results import MessageRow, QpRow, read_messages, read_qp_series
 from testbed.headline_links import imbalance, link_figures, stages
+from testbed.phenomena import jain_index
 from testbed.results import QueueId, TelemetryRow, run_telemetry
 from traffic.flows import FlowSpec, assign_qps
 
@@ -52,10 +53,9 @@ def jain(values: list[float]) -> float | None:
     """Jain's fairness index (Jain, Chiu and Hawe, DEC-TR-301, 1984): (sum x)^2 / (n sum x^2),
     1 when every flow got the same, 1/n when one got everything; None without traffic or with
     fewer than two flows (one flow is trivially fair)."""
-    square_sum = sum(v * v for v in values)
-    if len(values) < 2 or square_sum == 0:
+    if len(values) < 2 or not any(values):
         return None
-    return sum(values) ** 2 / (len(values) * square_sum)
+    return jain_index(values)
 
 
 def active_end(resp_rows: list[QpRow], final_bytes: int) -> float | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from testbed.phenomena import imbalance as max_over_mean
 from testbed.results import TelemetryRow
 
 PortId = tuple[str, int]  # (switch, port)
@@ -137,5 +138,5 @@ def imbalance(links: list[LinkFigures], stage_links: dict[str, list[str]]) -> di
             continue
         out[stage] = {"utilization": {k: round(v, 4) for k, v in zip(links, values,
                                                                       strict=True)},
-                      "imbalance": round(max(values) / mean, 4)}
+                      "imbalance": round(max_over_mean(values), 4)}
     return out

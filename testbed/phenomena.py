@@ -173,8 +173,3 @@ def median_fct_s(run_dir: Path, host: str) -> float | None:
     """Median completion time of the messages a host sent (its messages.csv)."""
     fcts = [m.fct_s for m in read_messages(run_dir, host)]
     return statistics.median(fcts) if fcts else None
-
-
-def run_start_s(summary: dict) -> float:
-    """When the run's timeline started (flows' start_s count from here), on the run's clock."""
-    return next(e["t_s"] for e in summary["timeline"] if e["event"] == "start")

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from testbed.analysis import load_telemetry
+from testbed.headline_series import run_start
 from testbed.measure import peer_ports
 from testbed.phenomena import (
     cnps_received,
@@ -38,7 +39,6 @@ from testbed.phenomena import (
     pfc_frames_sent,
     read_p4_counters,
     retransmitted,
-    run_start_s,
 )
 from testbed.scenario import Scenario, parse_scenario
 from testbed.scenario_run import run_scenario
@@ -119,7 +119,7 @@ def test_lossy_incast_loses_and_resends(incast) -> None:
 
 def victim_goodput(summary: dict, run_dir: Path) -> float:
     """The victim's goodput from 2.5 s to 5.5 s after the start (it starts at 2 s)."""
-    t = run_start_s(summary)
+    t = run_start(summary)
     return flow_goodput_bps(run_dir, summary, t + 2.5, t + 5.5)["victim"]
 
 
@@ -215,7 +215,7 @@ def test_dcqcn_shares_the_link_fairly(fairness) -> None:
     not yet explained; test_dcqcn_senders_are_cut_when_others_join checks what it does show."""
     name = "dcqcn-fairness"
     sc, summary, run_dir = fairness[name]
-    t = run_start_s(summary)
+    t = run_start(summary)
     end = t + summary["duration_s"] - 0.5
     goodput = flow_goodput_bps(run_dir, summary, end - 5, end)
     jain = jain_index(list(goodput.values()))

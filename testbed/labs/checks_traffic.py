@@ -5,8 +5,9 @@ runs' results folders; none passes a run that did not show its phenomenon."""
 from __future__ import annotations
 
 from testbed.labs.evidence import RunData, marked_fraction, uplink_bytes
-from testbed.labs.flows import dcqcn_state, goodput_bps, jain
+from testbed.labs.flows import dcqcn_state, goodput_bps
 from testbed.labs.verdict import Context, Verdict, check, failed, moved, passed
+from testbed.phenomena import jain_index
 
 
 def _retransmitted(run: RunData) -> int:
@@ -176,7 +177,7 @@ def fair_share(ctx: Context, run: RunData, flows: list[str], from_s: float, to_s
     if missing:
         return failed(f"no flow named {', '.join(missing)}", f"name the flows {', '.join(flows)}")
     rates = [goodput_bps(run, f, from_s, to_s) for f in flows]
-    idx = jain(rates)
+    idx = jain_index(rates)
     each = ", ".join(f"{f} {r / 1e6:.1f}" for f, r in zip(flows, rates, strict=True))
     msg = f"Jain's index {idx:.2f} over {from_s:g}-{to_s:g} s ({each} Mbit/s)"
     if idx < min_index or min(rates) == 0:

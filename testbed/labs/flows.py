@@ -4,15 +4,13 @@ timeline's ``start``), as the scenario's ``start_s`` counts them."""
 
 from __future__ import annotations
 
+from testbed.headline_series import run_start as run_start_of
 from testbed.labs.evidence import RunData
 
 
 def run_start(run: RunData) -> float:
     """The run's clock at the scenario's t=0."""
-    for e in run.summary.get("timeline", []):
-        if e.get("event") == "start":
-            return float(e["t_s"])
-    return 0.0
+    return run_start_of(run.summary)
 
 
 def _requester_rows(run: RunData, flow: str) -> list[dict]:
@@ -51,10 +49,3 @@ def dcqcn_state(run: RunData, flow: str) -> dict:
         cnps[r["qpn"]] = int(r["cnps_received"])
     return {"alpha_max": max(alphas, default=0.0), "rate_min_bps": min(rates, default=None),
             "cnps": sum(cnps.values()), "samples": len(rows)}
-
-
-def jain(values: list[float]) -> float:
-    """Jain's fairness index: 1 when all are equal, 1/n when one takes everything."""
-    if not values or not any(values):
-        return 0.0
-    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
