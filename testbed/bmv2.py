@@ -122,6 +122,10 @@ class Bmv2Process:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def exit_status(self) -> int | None:
+        """The process's exit status once it has ended (None while it runs)."""
+        return self.proc.poll() if self.proc else None
+
     def failure(self, why: str) -> SwitchStartError:
         return SwitchStartError(
             f"switch {self.opts.name} {why}.\n"

@@ -11,11 +11,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import ipaddress
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import google.protobuf.text_format as text_format
+import grpc
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.context import Context, P4Type
@@ -37,6 +39,25 @@ EGRESS = "RoceEgress"
 
 class ControlPlaneError(Exception):
     """A switch refused or could not be reached; the message names the switch."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line: a gRPC error's status and details (its str() spans several lines
+    of debug text), anything else with its whitespace collapsed."""
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") and hasattr(exc, "details"):
+        return " ".join(f"{exc.code().name}: {exc.details()}".split())
+    return " ".join(str(exc).split())
+
+
+class _QuietP4RuntimeShell(logging.Filter):
+    """p4runtime-shell logs a CRITICAL line to the root logger when a switch's stream breaks;
+    the testbed reports that failure itself, in one line that names the switch."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "p4runtime_sh" not in record.pathname
+
+
+logging.getLogger().addFilter(_QuietP4RuntimeShell())
 
 
 def load_p4info(path: Path = P4INFO_PATH) -> p4info_pb2.P4Info:
@@ -302,7 +323,7 @@ class SwitchSession:
         try:
             self.client.set_fwd_pipe_config(str(p4info), str(bmv2_json))
         except Exception as exc:
-            raise ControlPlaneError(f"{self.name}: pipeline push failed: {exc}") from None
+            raise ControlPlaneError(f"{self.name}: pipeline push failed: {one_line(exc)}") from None
 
     def write(self, entities: Sequence[p4runtime_pb2.Entity], kind: int) -> None:
         assert self.client is not None
@@ -315,7 +336,7 @@ class SwitchSession:
             self.client.write(req)
         except Exception as exc:
             raise ControlPlaneError(f"{self.name}: write of {len(entities)} entities "
-                                    f"failed: {exc}") from None
+                                    f"failed: {one_line(exc)}") from None
 
     def apply(self, program: SwitchProgram) -> None:
         self.write(program.routing + program.insert, p4runtime_pb2.Update.INSERT)

@@ -190,6 +190,9 @@ class Fabric:
     def host(self, name: str):
         return self.network.host(name)
 
+    def stopped_switches(self) -> list[tuple[str, int, Path]]:
+        return self.network.stopped_switches()
+
     def pingall(self, timeout: float = 1.0) -> tuple[int, int]:
         """Ping every ordered pair of hosts once; return (answered, sent)."""
         return self.network.pingall(timeout)

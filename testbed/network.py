@@ -250,6 +250,17 @@ class Network:
         assert self.net is not None
         return self.net.get(name)
 
+    def stopped_switches(self) -> list[tuple[str, int, Path]]:
+        """(name, exit status, log) of each switch whose BMv2 has ended while the fabric is up."""
+        if self.net is None:
+            return []
+        out = []
+        for sw in self.topo.switches:
+            bmv2 = self.net.get(sw.name).bmv2
+            if (status := bmv2.exit_status()) is not None:
+                out.append((sw.name, status, bmv2.opts.log_path))
+        return out
+
     def pingall(self, timeout: float = 1.0) -> tuple[int, int]:
         """Ping every ordered pair of hosts once; return (answered, sent)."""
         assert self.net is not None

@@ -120,7 +120,9 @@ class Run:
         try:
             counters = fabric_counters(fabric)
         except Exception as exc:  # a switch already gone: the figure stays unknown
-            self.progress(f"hidden loss not read: {exc}")
+            from testbed.control import one_line
+
+            self.progress(f"hidden loss not read: {one_line(exc)}")
             return
         self.hidden_loss = sum(max(pc.hidden_loss, 0) for sc in counters.values()
                                for pc in sc.ports.values() if pc.veth_rx_packets >= 0)

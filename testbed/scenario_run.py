@@ -87,7 +87,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         runner.start(t0)
         timeline.append({"t_s": clock(), "event": "start"})
         progress(f"running for {sc.extras.duration_s:g} s")
-        ticker = _Ticker(runner, t0, sc.extras.duration_s, status)
+        ticker = _Ticker(fabric, runner, t0, sc.extras.duration_s, status)
         for at, kind, f in events:
             ticker.wait_until(t0 + at)
             what = _apply_fault(fabric, f, end=(kind == "fault_end"))
@@ -100,6 +100,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         stopped_at = clock()
         timeline.append({"t_s": stopped_at, "event": "senders stop"})
         time.sleep(sc.extras.settle_s)
+        check_switches(fabric)
         counters = fabric_counters(fabric)
         res.summary = _summary(sc, eps, runner, counters, timeline, run_dir)
         res.summary["kernel_drops_lossless"] = sum(kernel_drops(counters, tc)
@@ -179,19 +180,20 @@ def _watchdog_events(run_dir: Path) -> list[dict]:
 
 
 class _Ticker:
-    """Waits out the run's timeline, reporting a RunStatus every STATUS_PERIOD_S meanwhile."""
+    """Waits out the run's timeline, reporting a RunStatus every STATUS_PERIOD_S meanwhile,
+    and stopping the run at once if a switch has died under it."""
 
-    def __init__(self, runner: FlowRunner, t0: float, duration_s: float,
+    def __init__(self, fabric, runner: FlowRunner, t0: float, duration_s: float,
                  status: Callable[[RunStatus], None] | None) -> None:
-        self.runner, self.t0, self.duration_s, self.status = runner, t0, duration_s, status
+        self.fabric, self.runner, self.t0 = fabric, runner, t0
+        self.duration_s, self.status = duration_s, status
 
     def wait_until(self, deadline: float) -> None:
         while (left := deadline - time.monotonic()) > 0:
-            if self.status is None:
-                time.sleep(left)
-                return
             time.sleep(min(left, STATUS_PERIOD_S))
-            self.report()
+            check_switches(self.fabric)
+            if self.status is not None:
+                self.report()
 
     def report(self) -> None:
         try:
@@ -200,6 +202,13 @@ class _Ticker:
             return  # the one-line error comes where the run needs the endpoint's answer
         self.status(RunStatus(time.monotonic() - self.t0, self.duration_s,
                               len(self.runner.flows), len(self.runner.started), done))
+
+
+def check_switches(fabric) -> None:
+    """A RunFailed naming the first switch whose BMv2 has ended, and its log."""
+    for name, status, log in fabric.stopped_switches():
+        raise RunFailed(f"switch {name} stopped during the run (BMv2 exited with status "
+                        f"{status}); its log: {log}")
 
 
 def _call(client, host: str, run_dir: Path, **req) -> dict:

@@ -109,9 +109,20 @@ def test_run_shows_its_progress_and_gives_the_results_to_the_user(tmp_path: Path
     assert _owners(results) == {USER}, "the results belong to the user who ran sudo"
 
 
+#: What dies mid-run (a pattern for pkill -f), and the one line the user must see.
+DEATHS = {
+    "endpoint": ("traffic.endpoint --intf h2-eth0", "error: the endpoint on h2 failed",
+                 "h2.log"),
+    "switch": ("simple_switch_grpc.*leaf1-eth1", "error: switch leaf1 stopped during the run",
+               "leaf1.log"),
+}
+
+
 @pytest.mark.bmv2
-def test_an_endpoint_that_dies_is_one_line_and_the_run_keeps_what_it_measured(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("part", sorted(DEATHS))
+def test_a_part_that_dies_is_one_line_and_the_run_keeps_what_it_measured(
+        part: str, tmp_path: Path) -> None:
+    pattern, line, log = DEATHS[part]
     results = tmp_path / "results"
     proc = subprocess.Popen(
         [sys.executable, "-m", "testbed.cli", "run", str(_scenario(tmp_path)), "--results",
@@ -123,14 +134,16 @@ def test_an_endpoint_that_dies_is_one_line_and_the_run_keeps_what_it_measured(
     while not any("running for" in ln for ln in lines) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.5)
-    # h2's endpoint, the sender of flow a, dies in the middle of the run
-    subprocess.run(["pkill", "-9", "-f", "traffic.endpoint --intf h2-eth0"], check=True)
+    # h2's endpoint (the sender of flow a), or leaf1's BMv2, dies in the middle of the run
+    subprocess.run(["pkill", "-9", "-f", pattern], check=True)
     proc.wait(timeout=120)
     reader.join(timeout=5)
     out = "".join(lines)
     assert proc.returncode == 1, out
-    assert "error: the endpoint on h2 failed" in out and "h2.log" in out, out
-    assert "Traceback" not in out
+    assert line in out and log in out, out
+    assert "Traceback" not in out and "CRITICAL" not in out, out
+    errors = [ln for ln in out.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, errors
     (run_dir,) = results.iterdir()
     assert (run_dir / "summary.json").is_file(), "what was measured is kept"
     assert (run_dir / "endpoints" / "h1" / "qp_timeseries.csv").is_file()
