@@ -31,6 +31,7 @@ FABRIC_LOCK = Path(os.environ.get("ROCE_TESTBED_FABRIC_LOCK", "/tmp/roce-testbed
 class ProcRecord:
     pid: int
     match: str  # a substring its command line must contain
+    netns: int | None = None  # a node shell's network namespace (inode), recorded at its start
 
 
 @dataclass
@@ -53,7 +54,10 @@ class RunState:
         tmp.replace(self.path)
 
     def add_process(self, pid: int, match: str) -> None:
-        self.processes.append(ProcRecord(pid, match))
+        """Record a process; a node's shell (``mininet:NAME``) with its network namespace, which
+        outlives the shell while anything it started is still in it."""
+        ns = netns_of(pid) if match.startswith("mininet:") else None
+        self.processes.append(ProcRecord(pid, match, ns))
         self.save()
 
     @classmethod
@@ -118,18 +122,24 @@ def node_namespaces(pids: list[int]) -> set[int]:
     return {ns for ns in map(netns_of, pids) if ns is not None} - {netns_of(os.getpid())}
 
 
-def kill_in_namespaces(namespaces: set[int]) -> int:
-    """SIGKILL every process in these network namespaces; return how many.
+def kill_in_namespaces(namespaces: set[int], since: float | None = None) -> int:
+    """SIGKILL every process in these network namespaces (started at or after ``since``, a
+    wall-clock time, if given); return how many.
 
     A node's namespace lives as long as a process in it. Ending a node's shell (Mininet's
     SIGHUP, or a kill of the recorded shell) does not end what it started when that ignores
     the signal: anything started under nohup inherits SIGHUP as ignored."""
+    import psutil
+
     killed = 0
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and netns_of(int(entry)) in namespaces:
-            with contextlib.suppress(OSError):
-                os.kill(int(entry), signal.SIGKILL)
-                killed += 1
+        if not entry.isdigit() or netns_of(int(entry)) not in namespaces:
+            continue
+        with contextlib.suppress(OSError, psutil.Error):
+            if since is not None and psutil.Process(int(entry)).create_time() < since - 1:
+                continue
+            os.kill(int(entry), signal.SIGKILL)
+            killed += 1
     return killed
 
 
@@ -142,8 +152,13 @@ def clean_state(state: RunState) -> dict[str, int]:
     counts of what was removed."""
     namespaces = node_namespaces([r.pid for r in state.processes
                                   if r.match.startswith("mininet:") and _matching(r)])
+    # A node whose shell is gone (a crashed run's shells end with it) may still hold what the
+    # shell started: its namespace, recorded at the start, finds it. A namespace's number can be
+    # reused once it is gone, so only what started after this run did is killed there.
+    recorded = {r.netns for r in state.processes if r.netns} - namespaces
     killed = kill_recorded(state.processes)
     killed += kill_in_namespaces(namespaces)
+    killed += kill_in_namespaces(recorded - {netns_of(os.getpid())}, since=state.started)
     deleted = 0
     present = _root_interfaces()
     for intf in state.interfaces:
