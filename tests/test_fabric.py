@@ -98,7 +98,8 @@ def _start_background(tmp: Path) -> subprocess.Popen:
     """`testbed up` with a command on h1 that ignores SIGHUP (as anything started under nohup
     does): ending h1's shell does not end it, and teardown must still leave nothing behind."""
     p = subprocess.Popen(TESTBED + ["up", "--spines", "1", "--leaves", "2", "--hosts-per-leaf",
-                                    "1", "--exec", "h1 nohup sleep 120", "--results", str(tmp)],
+                                    "1", "--exec", "h1 nohup sleep 120 >/dev/null 2>&1",
+                                    "--results", str(tmp)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          cwd=Path(__file__).parent.parent,
                          # Ctrl-C reaches it as in a terminal, even when this test run was
