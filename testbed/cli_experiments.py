@@ -52,17 +52,19 @@ def sweep_main(scenario: Path, sets: list[str], repeat: int, out: Path | None,
     if os.geteuid() != 0:
         raise ExperimentError("the testbed needs root for namespaces and veths: run it with sudo")
     from testbed.bmv2 import SwitchStartError
+    from testbed.cli_progress import RunProgress
     from testbed.control import ControlPlaneError
     from testbed.network import FabricError
     from testbed.run import interrupt_on_sigterm
-    from testbed.scenario_run import run_scenario
+    from testbed.scenario_run import RunFailed, run_scenario
 
     interrupt_on_sigterm()
     progress(f"{len(plan.points)} points x {repeat} run(s) into {folder}")
     try:
-        with for_sudo_user(results, folder.parent):
-            records = run_sweep(plan, folder, run_scenario, progress)
-    except (SwitchStartError, ControlPlaneError, FabricError) as exc:
+        with for_sudo_user(results, folder.parent), RunProgress(console) as live:
+            records = run_sweep(plan, folder, lambda sc, d, p: run_scenario(
+                sc, d, p, status=live.status), progress)
+    except (SwitchStartError, ControlPlaneError, FabricError, RunFailed) as exc:
         raise ExperimentError(f"{exc} (the runs before it are in {folder})", 1) from None
     except KeyboardInterrupt:
         console.print(f"interrupted: the runs finished so far and their table are in {folder}",

@@ -31,8 +31,8 @@ class RunProgress:
         text = status_text(st)
         if self._task is None:
             self._task = self._bar.add_task(text[0], total=st.duration_s, flows=text[1])
-        self._bar.update(self._task, completed=min(st.t_s, st.duration_s), description=text[0],
-                         flows=text[1])
+        self._bar.update(self._task, total=st.duration_s, completed=min(st.t_s, st.duration_s),
+                         description=text[0], flows=text[1])
 
 
 def status_text(st: RunStatus) -> tuple[str, str]:
