@@ -86,6 +86,26 @@ def goodput(run_dir: Path, summary: dict) -> tuple[list[Series], dict[str, list[
     return flows, {name: list(qs.values()) for name, qs in per_qp.items()}
 
 
+def dcqcn_series(run_dir: Path, summary: dict) -> tuple[list[Series], list[Series]]:
+    """Each flow's DCQCN state over time from its requesters' samples: the sending rate its QPs'
+    reaction points allow (RC, summed, Mbit/s) and their alpha (the mean over the flow's QPs).
+    Empty when no QP ran DCQCN (the columns are blank then)."""
+    owner = qp_flows(summary)
+    rate: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    alpha: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for host in endpoint_hosts(run_dir):
+        for r in read_qp_series(run_dir, host):
+            if r.role != "requester" or r.rate_bps is None or r.alpha is None:
+                continue
+            flow = owner.get((host, r.qpn), host)
+            rate[flow][r.t_s] += r.rate_bps / 1e6
+            alpha[flow][r.t_s].append(r.alpha)
+    rates = [Series(f, sorted(pts), [pts[t] for t in sorted(pts)]) for f, pts in rate.items()]
+    alphas = [Series(f, sorted(pts), [sum(pts[t]) / len(pts[t]) for t in sorted(pts)])
+              for f, pts in alpha.items()]
+    return rates, alphas
+
+
 def queue_series(telemetry: list[TelemetryRow]) -> dict[str, list[TelemetryRow]]:
     """Each queue's samples, named switch:port tcN."""
     out: dict[str, list[TelemetryRow]] = defaultdict(list)

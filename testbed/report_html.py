@@ -88,7 +88,7 @@ def run_blocks(data: rd.RunData) -> list[Block]:
             "Each cable coloured by its utilization over the traffic period (the busier "
             "direction); a red halo, as wide as the share of the period, where PFC paused it "
             "(either end's class, the busiest)."), details=[table]))
-    blocks += [goodput_block(data), *queue_blocks(queues, s, data.run_dir)]
+    blocks += [goodput_block(data), *dcqcn_blocks(data), *queue_blocks(queues, s, data.run_dir)]
     ecn = rd.ecn_points(data.counters, queues)
     if ecn or data.ecn_profiles():
         blocks.append(Block("ECN marking against queue length",
@@ -170,6 +170,19 @@ def goodput_block(data: rd.RunData) -> Block:
     return Block("Goodput per flow", svg=rf.line_chart(flows, "goodput (Mbit/s)", marks),
                  caption="Payload acknowledged per second, each flow's QPs summed "
                          "(endpoints/<host>/qp_timeseries.csv).", details=details)
+
+
+def dcqcn_blocks(data: rd.RunData) -> list[Block]:
+    """DCQCN's rate and alpha per flow over time, for a run whose senders ran it."""
+    rates, alphas = rd.dcqcn_series(data.run_dir, data.summary)
+    if not rates:
+        return []
+    marks = _marks(data.summary)
+    return [Block("DCQCN rate and alpha", svg=rf.line_chart(rates, "rate (Mbit/s)", marks),
+                  caption="The rate each flow's reaction points allow (RC, its QPs summed): "
+                          "cut on every CNP, raised by the timer and byte counter (DCQCN, "
+                          "SIGCOMM 2015). Below: alpha, the QPs' estimate of congestion.",
+                  details=[Block("alpha", svg=rf.line_chart(alphas, "alpha", marks))])]
 
 
 def queue_blocks(queues: dict, summary: dict, run_dir: Path) -> list[Block]:

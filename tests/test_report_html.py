@@ -17,6 +17,7 @@ from testbed.report_data import (
     TX_PORT_TC,
     EcnPoint,
     Series,
+    dcqcn_series,
     ecn_points,
     host_pause_spans,
     pause_spans,
@@ -78,6 +79,29 @@ def test_host_pause_spans_from_the_endpoints_paused_seconds(tmp_path: Path) -> N
         w.writerow([c for c, _ in QP_COLUMNS])
         w.writerows(rows)
     assert host_pause_spans(tmp_path) == [("h1 NIC tc3", [(0.0, pytest.approx(0.2))])]
+
+
+def test_dcqcn_rate_summed_and_alpha_averaged_per_flow(tmp_path: Path) -> None:
+    """Flow a's two QPs at 3 and 2 Mbit/s with alpha 0.5 and 0.3: 5 Mbit/s, alpha 0.4; a run
+    without DCQCN (blank columns) has no DCQCN series at all."""
+    d = tmp_path / "endpoints" / "h1"
+    d.mkdir(parents=True)
+    rows = [qp_row(t, q, "requester", 0, rate_bps=str(r), alpha=str(a))
+            for t in (1.0, 1.5) for q, r, a in ((4096, 3e6, 0.5), (4097, 2e6, 0.3))]
+    rows.append(qp_row(1.0, 0x8000, "responder", 0))
+    with open(d / "qp_timeseries.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([c for c, _ in QP_COLUMNS])
+        w.writerows(rows)
+    summary = {"flows": {"a": {"src": "h1", "qps": [{"qpn": 4096}, {"qpn": 4097}]}}}
+    rates, alphas = dcqcn_series(tmp_path, summary)
+    assert [(s.label, s.t, s.y) for s in rates] == [("a", [1.0, 1.5], [5.0, 5.0])]
+    assert alphas[0].label == "a" and alphas[0].y == [pytest.approx(0.4)] * 2
+    with open(d / "qp_timeseries.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([c for c, _ in QP_COLUMNS])
+        w.writerows([qp_row(1.0, 4096, "requester", 0)])
+    assert dcqcn_series(tmp_path, summary) == ([], [])
 
 
 def test_page_is_self_contained_escaped_and_has_the_verdict_on_top() -> None:
@@ -142,12 +166,14 @@ def test_real_run_page_renders_in_chromium(real_run: Path) -> None:
     assert load.console_errors == []
     assert all(u.startswith(("data:", "file:")) for u in load.requests), load.requests
     assert r["verdict"].startswith("FIDELITY"), r["verdict"][:200]
-    for title in ("Headline", "Topology", "Goodput per flow", "Queue occupancy",
+    for title in ("Headline", "Topology", "Goodput per flow", "DCQCN rate and alpha",
+                  "Queue occupancy",
                   "Paused by PFC", "ECN marking against queue length",
                   "Message completion times", "Timeline", "Packet captures"):
         assert title in r["sections"], (title, r["sections"])
-    # the topology, the flows' goodput, each flow's QPs, queues, pauses, ECN, FCT, timeline
-    assert len(r["figs"]) >= 9, r["figs"]
+    # the topology, the flows' goodput, each flow's QPs, DCQCN rate and alpha, queues, pauses,
+    # ECN, FCT, timeline
+    assert len(r["figs"]) >= 11, r["figs"]
     for f in r["figs"]:
         assert not f.get("missing") and f["width"] > 100 and f["height"] > 50, f
         assert f["natural"] is None or f["natural"] > 0, f
