@@ -55,6 +55,19 @@ def test_per_flow_goodput_fct_and_counters(head: dict) -> None:
     assert not a["victim"] and head["flows"]["victim"]["victim"]
 
 
+def test_fabric_goodput_is_the_bytes_over_the_span_not_a_sum_of_rates() -> None:
+    """A lossy incast into a 10 Mbit/s link: two flows deliver 1.2 MB each over 2 s (4.8 Mbit/s
+    each), a starved third 94 KB within its first 0.1 s (7.5 Mbit/s over its own 0.1 s).
+    Their goodputs add up to 17.1 Mbit/s; the fabric delivered 2.494 MB in 2 s: 9.98 Mbit/s."""
+    from testbed.headline import fabric_goodput
+
+    flows = [{"bytes": 1_200_000, "start_s": 1.0, "active_s": 2.0},
+             {"bytes": 1_200_000, "start_s": 1.0, "active_s": 2.0},
+             {"bytes": 94_000, "start_s": 1.0, "active_s": 0.1}]
+    assert fabric_goodput(flows) == pytest.approx(9.976)
+    assert fabric_goodput([{"bytes": 0, "start_s": 1.0, "active_s": None}]) == 0.0
+
+
 def test_run_wide_figures(head: dict) -> None:
     assert head["goodput_mbps"] == pytest.approx(7.0)
     assert head["jain"] == pytest.approx(0.9)  # a and b; the victim is left out
