@@ -101,8 +101,11 @@ def flow_figures(spec: FlowSpec, start_s: float, qps: list[dict], resp_rows: lis
     summary.json (the endpoints' counters at the end); the rows and messages: its own QPs'."""
     got = sum(q.get("bytes_received", 0) for q in qps)
     end = active_end(resp_rows, sum(r.bytes for r in _last_per_qp(resp_rows).values()))
-    if end is None and spec.duration_s is not None:
-        end = start_s + spec.duration_s
+    if spec.duration_s is not None:
+        # A flow that sends for a duration is active at least that long: if its bytes stopped
+        # arriving sooner, it was starved (Go-Back-N's timeouts, a pause), not done.
+        nominal = start_s + spec.duration_s
+        end = nominal if end is None else max(end, nominal)
     active = end - start_s if end is not None else None
     fcts = [m.fct_s for m in messages]
     last_req, last_resp = _last_per_qp(req_rows).values(), _last_per_qp(resp_rows).values()

@@ -30,9 +30,9 @@ from traffic.endpoint_telemetry import MESSAGE_COLUMNS, QP_COLUMNS
 from traffic.flows import FlowSpec, assign_qps
 
 FLOWS = [
-    {"name": "a", "src": "h3", "dst": "h1", "duration_s": 4},
-    {"name": "b", "src": "h4", "dst": "h1", "duration_s": 4},
-    {"name": "victim", "src": "h2", "dst": "h4", "duration_s": 4},
+    {"name": "a", "src": "h3", "dst": "h1", "duration_s": 2},
+    {"name": "b", "src": "h4", "dst": "h1", "duration_s": 2},
+    {"name": "victim", "src": "h2", "dst": "h4", "duration_s": 2},
 ]
 FINAL = {"a": 1_000_000, "b": 500_000, "victim": 250_000}
 

@@ -15,6 +15,7 @@ from testbed.headline_text import FIGURES, headline_markdown
 from testbed.results import TelemetryRow
 from tests.synthetic_run import summary, write_run
 from traffic.endpoint_telemetry import MESSAGE_COLUMNS, QP_COLUMNS
+from traffic.flows import FlowSpec
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +117,24 @@ def test_pfc_frames_over_time_adds_each_switch_latest() -> None:
 
     rows = [row(1.0, "s1", 0), row(1.5, "s2", 3), row(2.0, "s1", 5), row(2.5, "s2", 4)]
     assert pfc_frames(rows, t0=1.0) == [(0.0, 0), (0.5, 3), (1.0, 8), (1.5, 9)]
+
+
+def test_a_starved_duration_flow_is_active_for_its_whole_duration() -> None:
+    """A flow asked to send for 3 s whose bytes stopped arriving after 0.2 s (Go-Back-N waiting
+    out its timeouts) was starved, not done: its goodput is over the 3 s, not the 0.2 s. A
+    flow of a message count is done when its last byte arrives."""
+    from testbed.headline import flow_figures
+
+    def resp(t: float, n: int) -> QpRow:
+        return QpRow(t, 0x8000, "responder", 3, None, None, None, 0.0, n, 0, 0, 0, 0, 0, 0, 0,
+                     0.0)
+
+    rows = [resp(1.1, 50_000), resp(1.2, 94_000), resp(3.0, 94_000), resp(4.0, 94_000)]
+    qps = [{"bytes_received": 94_000}]
+    starved = flow_figures(FlowSpec(name="c", src="h3", dst="h4", duration_s=3.0), 1.0, qps,
+                           rows, [], [])
+    assert starved["active_s"] == pytest.approx(3.0)
+    assert starved["goodput_mbps"] == pytest.approx(94_000 * 8 / 3.0 / 1e6, rel=1e-3)
+    counted = flow_figures(FlowSpec(name="c", src="h3", dst="h4", count=2), 1.0, qps, rows,
+                           [], [])
+    assert counted["active_s"] == pytest.approx(0.2)
