@@ -2,7 +2,7 @@
 runs here on real BMv2 switches (as `testbed run` runs it), then one figure per phenomenon goes
 into docs/phenomena/NAME.png and the figures its caption quotes into docs/phenomena/NAME.json.
 
-    sudo .venv/bin/python docs/pictures.py                  # every picture, about 8 minutes
+    sudo .venv/bin/python docs/pictures.py                  # every picture, about 11 minutes
     sudo .venv/bin/python docs/pictures.py incast ecmp      # some of them
     sudo .venv/bin/python docs/pictures.py --keep runs/     # and keep the runs' folders
 

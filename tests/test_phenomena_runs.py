@@ -186,9 +186,17 @@ def test_go_back_n_pays_a_window_for_each_loss(tmp_path: Path) -> None:
 PROFILES = ["dcqcn-fairness", "dcqcn-fairness-connectx"]
 
 
+def first_20_s(data: dict) -> None:
+    """The fairness runs cut to their first 20 s: enough for every sender to be cut as the next
+    joins; the shares converge later (test_dcqcn_shares_the_link_fairly runs them whole)."""
+    data["duration_s"] = 20
+    for f in data["flows"]:
+        f["duration_s"] = 20 - f["start_s"]
+
+
 @pytest.fixture(scope="module")
 def fairness(tmp_path_factory) -> dict[str, tuple[Scenario, dict, Path]]:
-    return {name: run(name, tmp_path_factory.mktemp(name)) for name in PROFILES}
+    return {name: run(name, tmp_path_factory.mktemp(name), first_20_s) for name in PROFILES}
 
 
 def sender_rates(run_dir: Path, host: str) -> list[float]:
@@ -207,14 +215,12 @@ def test_dcqcn_senders_are_cut_when_others_join(fairness, name: str) -> None:
         assert rates and min(rates) < 0.6 * line, f"{flow}: DCQCN never cut its rate far"
 
 
-@pytest.mark.slow  # not reliable at 10 Mbit/s yet: Jain 0.836 in one run of the paper profile
-def test_dcqcn_shares_the_link_fairly(fairness) -> None:
-    """The paper's profile evens the shares out within the run (Jain >= 0.9 over its last 5 s:
-    0.97-0.99 in five 20 s runs). The ConnectX profile's run is not held to it: at 10 Mbit/s it
-    ended between 0.86 and 0.99 (one sender held near 1.4 Mbit/s in three runs of five), which is
-    not yet explained; test_dcqcn_senders_are_cut_when_others_join checks what it does show."""
-    name = "dcqcn-fairness"
-    sc, summary, run_dir = fairness[name]
+@pytest.mark.parametrize("name", PROFILES)
+def test_dcqcn_shares_the_link_fairly(name: str, tmp_path: Path) -> None:
+    """Each profile evens the shares out over its whole 90 s run: Jain >= 0.9 over the last
+    5 s. Over 20 s runs the paper's profile ended at 0.836-0.96 (the additive increase scaled
+    to the link needs longer; see the scenario's header), which is why the run is 90 s."""
+    sc, summary, run_dir = run(name, tmp_path)
     t = run_start(summary)
     end = t + summary["duration_s"] - 0.5
     goodput = flow_goodput_bps(run_dir, summary, end - 5, end)
