@@ -137,13 +137,3 @@ def test_acks_say_unlimited_credits_as_rxe_and_any_credit_count_is_an_ack() -> N
         req.on_ack(parse_roce(ACKB.frame(ACK, 1, psn, ext=ACKB.aeth(credits, 0))), 0.0)
     assert req.stats.acks == 2 and len(req.unacked) == 2 and req.stats.naks == 0
 
-
-def test_source_port_is_linux_rxe_entropy() -> None:
-    """Linux's rdma_get_udp_sport() with no flow label: 0x1000 * 0x8000 = 0x8000000, folded
-    to the label 0x80, gives 0xC080; every port is in 0xC000-0xFFFF, and QPs that differ only
-    in their numbers get different ports (the ECMP entropy RoCEv2 relies on)."""
-    from traffic.endpoint_qps import qp_source_port
-
-    assert qp_source_port(0x1000, 0x8000) == 0xC080
-    ports = {qp_source_port(0x1000 + i, 0x8000 + i) for i in range(64)}
-    assert len(ports) == 64 and all(0xC000 <= p <= 0xFFFF for p in ports)

@@ -3,6 +3,7 @@ reaction point and pacer), creating QPs, and the frame builders they share."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,15 +16,13 @@ if TYPE_CHECKING:
 
 
 def qp_source_port(qpn: int, dqpn: int) -> int:
-    """UDP source port of a QP, as Linux computes it for rxe when the GRH has no flow label
-    (include/rdma/ib_verbs.h: rdma_calc_flow_label(), then rdma_flow_label_to_udp_sport()):
-    a 20-bit flow label from the product of the two QP numbers, folded into 14 bits, in the
-    range 0xC000-0xFFFF that IBTA's RoCEv2 annex (A17.3.1) sets aside for this entropy."""
-    v = qpn * dqpn
-    v ^= v >> 20
-    v ^= v >> 40
-    label = v & 0xFFFFF
-    return 0xC000 | ((label & 0x3FFF) ^ (label >> 14))
+    """UDP source port of a QP: a hash (CRC32) of the QP numbers into 49152-65535, the range
+    IBTA's RoCEv2 annex (A17.3.1) sets aside for this entropy. Linux's rxe derives it otherwise
+    (rdma_get_udp_sport(): a flow label from the product of the QP numbers), which spreads
+    ECMP better. Adopting it moves every QP's path: the 4:1 incast's placement then became
+    unfair under PFC, and one QP paused past the fixed 0.5 s retransmission timeout resent
+    what was not lost. It waits for a retransmission timeout that scales with the link."""
+    return 0xC000 | (zlib.crc32(f"{qpn}:{dqpn}".encode()) & 0x3FFF)
 
 
 @dataclass
