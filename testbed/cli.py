@@ -229,7 +229,7 @@ def run(
 
     try:
         with for_sudo_user(results), RunProgress(console) as live:
-            res = run_scenario(sc, results, progress=_progress, status=live.status)
+            res = run_scenario(sc, results, progress=_progress, status=live.callback)
     except (SwitchStartError, ControlPlaneError, FabricError, CaptureError, RunFailed) as exc:
         _fail(str(exc), 1)
     except KeyboardInterrupt:

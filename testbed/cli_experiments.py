@@ -63,7 +63,7 @@ def sweep_main(scenario: Path, sets: list[str], repeat: int, out: Path | None,
     try:
         with for_sudo_user(results, folder.parent), RunProgress(console) as live:
             records = run_sweep(plan, folder, lambda sc, d, p: run_scenario(
-                sc, d, p, status=live.status), progress)
+                sc, d, p, status=live.callback), progress)
     except (SwitchStartError, ControlPlaneError, FabricError, RunFailed) as exc:
         raise ExperimentError(f"{exc} (the runs before it are in {folder})", 1) from None
     except KeyboardInterrupt:

@@ -5,6 +5,8 @@ is not drawn at all, so logs hold only those lines."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
@@ -12,13 +14,20 @@ from testbed.scenario_run import RunStatus
 
 
 class RunProgress:
-    """A context manager; pass its ``status`` method to run_scenario."""
+    """A context manager; pass its ``callback`` to run_scenario as ``status``."""
 
     def __init__(self, console: Console) -> None:
+        self._shown = console.is_terminal
         self._bar = Progress(TextColumn("  {task.description}"), BarColumn(),
                              TextColumn("{task.fields[flows]}"), console=console,
-                             transient=True, disable=not console.is_terminal)
+                             transient=True, disable=not self._shown)
         self._task: TaskID | None = None
+
+    @property
+    def callback(self) -> Callable[[RunStatus], None] | None:
+        """``status`` when the line is drawn; None otherwise, so that a run outside a terminal
+        does not ask its endpoints for a status nobody sees."""
+        return self.status if self._shown else None
 
     def __enter__(self) -> RunProgress:
         self._bar.start()

@@ -127,15 +127,12 @@ class FlowRunner:
     def flows_done(self) -> list[str]:
         """The flows that have started and whose requester QPs have nothing left to send
         (every message acknowledged)."""
-        out = []
-        for f in self.flows:
-            if f.name not in self.started:
-                continue
-            qps = self.clients[f.src].call(cmd="stats")["qps"]
-            if all(qps.get(str(a.requester_qpn), {}).get("idle", False)
-                   for a in self.assignments[f.name]):
-                out.append(f.name)
-        return out
+        started = [f for f in self.flows if f.name in self.started]
+        qps = {src: self.clients[src].call(cmd="stats")["qps"]  # one ask per sending host
+               for src in {f.src for f in started}}
+        return [f.name for f in started
+                if all(qps[f.src].get(str(a.requester_qpn), {}).get("idle", False)
+                       for a in self.assignments[f.name])]
 
     def done(self) -> bool:
         """True once every flow has started and every requester QP has nothing left to send."""
