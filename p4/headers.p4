@@ -142,6 +142,7 @@ struct metadata_t {
     bit<32>     q;
     bit<32>     port_rate_q20;
     bit<32>     quantum_us_q10;
+    bit<32>     gate_leak;
     bit<1>      qp_valid;
     bit<1>      ecn_enable;
     bit<32>     kmin;

@@ -26,7 +26,7 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 from testbed.config import HASH_FIELDS, FabricConfig
 from testbed.constants import AGENT_PORT as AGENT_PORT  # re-exported: testbed.network's
 from testbed.constants import PFC_MCAST_GROUP
-from testbed.qos import quantum_us, queue_profiles
+from testbed.qos import gate_leak_roce_bytes, quantum_us, queue_profiles
 from testbed.topology import Route, Switch, Topology, compute_routes, link_ends
 
 P4_DIR = Path(__file__).resolve().parent.parent / "p4"
@@ -272,13 +272,14 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
     session per port (session id = port, so ingress can clone toward the port a packet came in)."""
     ents: list[p4runtime_pb2.Entity] = []
     lossless = f"{INGRESS}.lossless"
+    gate_leak = gate_leak_roce_bytes(cfg.fabric.mtu)
     for port in sw.ports.values():
         rate_q20 = int(port.rate_mbps * 1e6 / 8 * 2**20 / 1e6)
         ents.append(b.entry(f"{lossless}.ingress_port_quantum",
                             {"std_meta.ingress_port": port.number},
                             b.action(f"{lossless}.set_quantum",
                                      quantum_us_q10=int(quantum_us(port.rate_mbps) * 1024),
-                                     rate_q20=rate_q20)))
+                                     rate_q20=rate_q20, gate_leak=gate_leak)))
         ents.append(b.entry(f"{EGRESS}.pfc_egress.port_mac",
                             {"std_meta.egress_port": port.number},
                             b.action(f"{EGRESS}.pfc_egress.set_port_mac",

@@ -33,11 +33,19 @@ CONTROL_CLASSID = 0x20
 #: send would keep its held packets until the next frame arrived.
 KICK_CLASSID = 0x21
 ETH_P_KICK = 0x88B7
-KICK_DELAY_S = 0.002
 OPEN_RATE_BPS = 1_000_000_000  # 1 Gbit/s: far above any emulated link, never the bottleneck
 CLOSED_RATE_BPS = 1_000  # 1 kbit/s (8 bit/s overflows tbf's burst field with jumbo frames)
-#: No htb or tbf burst is smaller than this, whatever the MTU (testbed.qos counts it as leak).
+#: No tbf burst is smaller than this, whatever the MTU (testbed.qos counts it as leak).
 MIN_BURST_BYTES = 1600
+#: htb's buckets (burst and cburst of every class): what a class may send at once, beyond its
+#: rate, after it idled or was paused. A real port never sends faster than its line rate, and
+#: the P4 phantom drains at exactly that rate: with a burst of the largest frame (9014 bytes),
+#: every reopened gate let three 4 KB frames out back to back, and the phantom stood two
+#: frames above the kernel queue after every pause (15 KB between two resyncs at 20 Mbit/s,
+#: measured). Under one frame, a class sends one frame and then waits its turn. The bucket is
+#: also how late the kernel may serve a class without losing rate: 1600 bytes is 0.64 ms at
+#: 20 Mbit/s, 0.16 ms at 80.
+HTB_BURST_BYTES = 1600
 
 
 @dataclass(frozen=True)
@@ -70,27 +78,27 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
     dev = spec.ifname
     rate = spec.rate_bps
     guaranteed = max(rate // 100, 8000)  # each class's own share; the rest is borrowed by prio
-    burst = max(spec.max_frame, MIN_BURST_BYTES)
+    quantum = max(spec.max_frame, MIN_BURST_BYTES)  # DRR's share: a whole frame a turn
+    buckets = f"burst {HTB_BURST_BYTES} cburst {HTB_BURST_BYTES} quantum {quantum}"
     default_flow = class_handle(spec.default_tc)
     lines = [
         f"qdisc replace dev {dev} root handle 1: htb default {gate_major(spec.default_tc):x}",
         f"class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
-        f"burst {burst} cburst {burst} quantum {burst}",
+        f"{buckets}",
         f"class add dev {dev} parent 1:1 classid 1:{CONTROL_CLASSID:x} htb rate {guaranteed}bit "
-        f"ceil {rate}bit prio 0 burst {burst} cburst {burst} quantum {burst}",
+        f"ceil {rate}bit prio 0 {buckets}",
         f"qdisc add dev {dev} parent 1:{CONTROL_CLASSID:x} handle {CONTROL_CLASSID:x}: pfifo "
         "limit 1000",
         f"class add dev {dev} parent 1:1 classid 1:{KICK_CLASSID:x} htb rate 8000bit "
-        f"ceil {rate}bit prio 7 burst {burst} cburst {burst} quantum {burst}",
+        f"ceil {rate}bit prio 7 {buckets}",
         f"qdisc add dev {dev} parent 1:{KICK_CLASSID:x} handle {KICK_CLASSID:x}: pfifo limit 0",
     ]
     for tc in range(NUM_TCS):
         lines += [
             f"class add dev {dev} parent 1:1 classid {class_handle(tc)} htb rate {guaranteed}bit "
-            f"ceil {rate}bit prio {NUM_TCS - 1 - tc} burst {burst} cburst {burst} "
-            f"quantum {burst}",
+            f"ceil {rate}bit prio {NUM_TCS - 1 - tc} {buckets}",
             f"qdisc add dev {dev} parent {class_handle(tc)} handle {gate_major(tc):x}: tbf "
-            f"rate {OPEN_RATE_BPS}bit burst {burst} limit {spec.buffers[tc]}",
+            f"rate {OPEN_RATE_BPS}bit burst {quantum} limit {spec.buffers[tc]}",
         ]
     lines.append(f"filter add dev {dev} parent 1: protocol {ETH_P_MAC_CONTROL:#06x} prio 1 u32 "
                  f"match u32 0 0 flowid 1:{CONTROL_CLASSID:x}")
@@ -119,7 +127,17 @@ class TcBatch:
     pyroute2's tbf request is refused by the kernel at 1 kbit/s with a jumbo burst (every frame
     is dropped at enqueue, while the same change through `tc` holds them), and forking `tc` per
     change costs milliseconds of CPU; a kept process costs neither.
+
+    When a change has taken effect: tc runs the lines in order, so a marker line answers once
+    every line before it is applied. The marker asks for a device that does not exist, and tc
+    (with -force) says so on its unbuffered stderr and goes on; any other line there is a
+    failed command, passed on to our stderr (the agent's log). :meth:`when_applied` queues a
+    call for that moment, which the owner's loop runs from :meth:`dispatch` when
+    :meth:`fileno` is readable; :meth:`wait_applied` blocks for it.
     """
+
+    MARKER_DEV = "rtb-marker"
+    MARKER = f"qdisc show dev {MARKER_DEV}"
 
     def __init__(self, netns: str | None = None) -> None:
         import subprocess
@@ -128,12 +146,57 @@ class TcBatch:
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                     stderr=subprocess.PIPE, text=True, bufsize=1)
+        self._pending: list[Callable[[], None]] = []  # one per marker written, in order
+        self._partial = b""  # the start of a line tc has not finished writing
 
     def run(self, line: str) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
+
+    def fileno(self) -> int:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.fileno()
+
+    def when_applied(self, call: Callable[[], None]) -> None:
+        """Have ``call`` run (from :meth:`dispatch`) once every line written so far is applied."""
+        self._pending.append(call)
+        self.run(self.MARKER)
+
+    def dispatch(self) -> None:
+        """Run the calls whose markers tc has answered (call when :meth:`fileno` is readable)."""
+        import os
+        import sys
+
+        try:
+            data = os.read(self.fileno(), 65536)
+        except OSError:
+            data = b""
+        if not data:  # tc ended: nothing will be answered any more, run what waits
+            answered = len(self._pending)
+        else:
+            *lines, self._partial = (self._partial + data).split(b"\n")
+            marker = f'"{self.MARKER_DEV}"'.encode()
+            answered = sum(marker in ln for ln in lines)
+            for ln in lines:
+                if marker not in ln and not ln.startswith(b"Command failed -:"):
+                    print(f"tc: {ln.decode(errors='replace')}", file=sys.stderr, flush=True)
+        calls, self._pending = self._pending[:answered], self._pending[answered:]
+        for call in calls:
+            call()
+
+    def wait_applied(self, timeout: float = 0.5) -> None:
+        """Block until every line written so far is applied (or ``timeout`` passes)."""
+        import select
+
+        done: list[bool] = []
+        self.when_applied(lambda: done.append(True))
+        deadline = time.monotonic() + timeout
+        while not done and time.monotonic() < deadline:
+            ready, _, _ = select.select([self], [], [], max(0.0, deadline - time.monotonic()))
+            if ready:
+                self.dispatch()
 
     def close(self) -> None:
         if self.proc.stdin:
@@ -160,7 +223,7 @@ class PortGates:
 
     def __init__(self, spec: PortSpec, ipr=None, batch: TcBatch | None = None,
                  netns: str | None = None, reader=None,
-                 kick_later: Callable[[PortGates, float], None] | None = None) -> None:
+                 kick_when_applied: bool = False) -> None:
         from pyroute2 import IPRoute
 
         self.spec = spec
@@ -183,10 +246,10 @@ class PortGates:
         self._base = [(0, 0, 0)] * NUM_TCS  # (drops, sent_bytes, sent_packets)
         self._kick_sock = None
         self.netns = netns
-        #: Who kicks after open(): None, open() sleeps KICK_DELAY_S and kicks; else it calls
-        #: ``kick_later(self, KICK_DELAY_S)`` and returns at once (the switch agent, whose
-        #: single-threaded loop must not sleep, kicks from its own timers).
-        self.kick_later: Callable[[PortGates, float], None] | None = kick_later
+        #: False: open() waits until tc has applied the change, then kicks. True: it has the
+        #: batch kick then (TcBatch.when_applied) and returns at once: the switch agent, whose
+        #: single-threaded loop must not wait, runs the batch's dispatch when tc answers.
+        self.kick_when_applied = kick_when_applied
 
     def kick(self) -> None:
         """Run the port's qdisc once (see KICK_CLASSID); the frame itself is dropped there."""
@@ -256,12 +319,14 @@ class PortGates:
     def open(self, tc: int) -> None:
         self._set(tc, False)
         self.closed[tc] = False
-        # tc applies the change within a millisecond; kick after it (waiting costs no CPU,
-        # where polling the kernel until the rate changed cost the agent a third of a core)
-        if self.kick_later is not None:
-            self.kick_later(self, KICK_DELAY_S)
+        # Kick the moment tc has applied the change: the held packets leave then, as the
+        # phantom (which resumed draining with the XON) assumes. A fixed 2 ms wait before the
+        # kick left the phantom 10 KB below the kernel queue after every pause at 40 Mbit/s;
+        # polling the kernel until the rate changed cost the agent a third of a core.
+        if self.kick_when_applied:
+            self.batch.when_applied(self.kick)
             return
-        time.sleep(KICK_DELAY_S)
+        self.batch.wait_applied()
         self.kick()
 
     def stats(self, dump=None) -> dict[int, ClassStats]:

@@ -54,6 +54,15 @@ def gate_leak_bytes(mtu: int = DEFAULT_MTU) -> int:
     return max(max_frame_bytes(mtu), MIN_BURST_BYTES)
 
 
+def gate_leak_roce_bytes(mtu: int = DEFAULT_MTU) -> int:
+    """What a closing gate lets through of a lossless queue of full-size RoCE frames: the whole
+    frames its burst holds (tbf sends a frame while its tokens cover it), two at a 9000-byte
+    MTU, one at 1500. The P4 phantom drains this as a pause begins; the headroom counts the
+    whole burst (:func:`gate_leak_bytes`), the worst case of any mix of frames."""
+    frame = roce_frame_bytes(mtu)
+    return gate_leak_bytes(mtu) // frame * frame
+
+
 #: The most a lossless queue's kernel limit grows to with the emulation's slack. Packets held in
 #: a qdisc count against the sending socket's buffer (BMv2 sends on blocking sockets from one
 #: thread, with net.core.wmem_default = 16 MiB set by the playbook), at about twice their size

@@ -140,7 +140,7 @@ def test_xon_ends_the_pause_early_and_refresh_extends_it(agent_ns) -> None:
 
 def test_xon_releases_the_held_packets_with_nothing_else_to_send(agent_ns) -> None:
     """An opened gate sends what it held only once the port's qdisc runs again: the agent
-    kicks it KICK_DELAY_S after the XON from its own timers (no sleep in its loop), and
+    kicks it as soon as tc has applied the change (no wait in its loop), and
     nothing else is sent on the port here that would run it instead."""
     ns, _tmp = agent_ns
     # no IPv6 on the port: its router solicitations would run the qdisc in the kick's place

@@ -346,6 +346,8 @@ def test_lossless_entries_give_each_port_its_rate_profile_mac_and_clone_session(
         # and the port's drain rate, which brings its phantoms up to date as a pause begins
         assert quanta[(("std_meta.ingress_port", port.number),)].get("rate_q20") == \
             {10: 1_310_720, 40: 5_242_880}[rate]
+        # and what its closing gate lets through: two 4,170-byte RoCE frames at MTU 9000
+        assert quanta[(("std_meta.ingress_port", port.number),)].get("gate_leak") == 8340
         assert macs[(("std_meta.egress_port", port.number),)].get("mac") == mac_to_int(port.mac)
         # only class 3 (ECN and PFC) has a profile; class 6 (CNPs) is neither
         mine = {k[1][1]: a for k, a in profiles.items() if k[0] == ("meta.q_port", port.number)}

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from testbed.ports import PortGates, PortSpec, scheduler_commands
+from testbed.ports import HTB_BURST_BYTES, PortGates, PortSpec, scheduler_commands
 from traffic.packets import pfc_frame
 
 pytestmark = pytest.mark.root
@@ -135,6 +135,30 @@ def test_closed_gate_holds_one_class_while_others_and_pfc_flow() -> None:
     assert [x[2] for x in by[26]] == list(range(40)), "class 3 out of order"
     # class 3 came out after everything else had gone, once the gate opened
     assert by[26][-1][1] > max(x[1] for x in by[0] + by[48])
+
+
+def test_a_reopened_gate_sends_at_the_link_rate_not_in_a_burst() -> None:
+    """After a pause (or any idle time) the port sends its held frames one frame time apart,
+    as a real port does and as the P4 phantom drains: htb's buckets hold less than a frame.
+    With a bucket of the largest frame, three 4 KB frames left back to back at every reopen
+    and the phantom stood two frames above the kernel queue after each pause."""
+    rate = 1.0
+    frame_s = FRAME * 8 / (rate * 1e6)  # 33.6 ms
+    with port(rate) as (ns, gates):
+        gates.close(3)
+        wait_gate(gates, 3, True)
+        rx = receive(ns, 1.5)
+        send(ns, [[26, 6, FRAME, 0]])
+        time.sleep(0.3)  # the leak has gone, the link idles: every bucket fills
+        gates.open(3)
+        got = json.loads(rx.communicate()[0])
+    times = [t for d, t, _ in got if d == 26]
+    assert len(times) == 6
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    # a frame may leave a bucket's worth early (1600 bytes: 12.8 ms of the 33.6 ms a 4,200-byte
+    # frame takes at 1 Mbit/s), never back to back
+    assert HTB_BURST_BYTES < FRAME / 2
+    assert min(gaps) >= 0.5 * frame_s, [round(g * 1e3, 1) for g in gaps]
 
 
 def test_gate_admits_the_largest_frame_when_closed() -> None:

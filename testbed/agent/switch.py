@@ -5,7 +5,6 @@ in one thread, sleeping in select() until a PFC frame arrives or the next timer 
 from __future__ import annotations
 
 import contextlib
-import heapq
 import json
 import os
 import select
@@ -63,38 +62,21 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
     def now(self) -> float:
         return self.clock() - self.t0
 
-    # -- deferred kicks -------------------------------------------------------------------
+    # -- kicks ----------------------------------------------------------------------------
     # An opened gate needs a kick once tc has applied the change (PortGates.open). The agent's
-    # loop is single-threaded, so instead of sleeping for it, the kick waits in a timer heap
-    # of its own, which run() fires and counts in its wake-up time.
-    def _defer_kicks(self) -> None:
-        """Have every gate of this agent hand its kicks to the loop from now on."""
-        self.kicks: list[tuple[float, int, PortGates]] = []  # (due, seq, gates)
-        self._kick_seq = 0
+    # loop is single-threaded, so instead of waiting for tc, each gate has the batch kick it
+    # when tc answers (TcBatch.when_applied), and the loop dispatches on the batch's output.
+    def _kick_when_applied(self) -> None:
         for pr in self.ports.values():
-            pr.gates.kick_later = self._kick_later
-
-    def _kick_later(self, gates: PortGates, delay_s: float) -> None:
-        if not self.running:  # closing: the loop will not come round again to kick
-            time.sleep(delay_s)
-            gates.kick()
-            return
-        self._kick_seq += 1
-        heapq.heappush(self.kicks, (self.clock() + delay_s, self._kick_seq, gates))
-
-    def run_kicks(self) -> None:
-        """Kick every gate whose kick is due."""
-        now = self.clock()
-        while self.kicks and self.kicks[0][0] <= now:
-            heapq.heappop(self.kicks)[2].kick()
+            pr.gates.kick_when_applied = True
 
     # -- loop ---------------------------------------------------------------------------
     def run(self) -> None:
         next_tick = next_sample = next_poll = self.clock()
         wd_on = self.watchdog.config.enabled
         poll_s = self.watchdog.config.polling_interval_ms / 1000
-        self._defer_kicks()
-        socks = list(self.by_sock)
+        self._kick_when_applied()
+        socks: list = [*self.by_sock, self.batch]
         next_resync = next_tick
         while self.running:
             now = self.clock()
@@ -112,15 +94,15 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
                 self.watchdog_poll()
                 next_poll = now + poll_s
             self.expire()
-            self.run_kicks()
             wake = min(next_tick if now < self.busy_until else next_sample, next_sample,
                        self.timers[0][0] if self.timers else next_sample)
             if wd_on:
                 wake = min(wake, next_poll)
-            if self.kicks:
-                wake = min(wake, self.kicks[0][0])
             ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
             for s in ready:
+                if s is self.batch:
+                    self.batch.dispatch()
+                    continue
                 pr = self.by_sock[s]
                 for data, t_kernel, outgoing in receive(s):
                     classes = parse_pfc(data)
@@ -133,6 +115,8 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
                         self.on_pfc(pr, classes, t_kernel)
 
     def close(self) -> None:
+        for pr in self.ports.values():  # the loop is over: open() waits for tc itself now
+            pr.gates.kick_when_applied = False
         with contextlib.suppress(Exception):
             self.sample()
         self.registers.stop()

@@ -456,6 +456,32 @@ class PauseBringsThePhantomUpToDate(RoceSwitchTest):
             self.bm.bm_register_write(0, "paused_until", cell(port, 3), 0)
 
 
+class PauseDrainsWhatTheClosingGateLetsThrough(RoceSwitchTest):
+    """A pause that begins drains the phantom by what the kernel gate lets through as it
+    closes (two 4 KB RoCE frames at a 9000-byte MTU), as the kernel queue does; a PFC frame
+    that refreshes the pause in force drains nothing more."""
+
+    def runTest(self) -> None:
+        from testbed.qos import gate_leak_roce_bytes
+
+        leak = gate_leak_roce_bytes(FabricConfig().fabric.mtu)
+        assert leak == 2 * 4170
+        port, backlog = SLOW_PORT, 100_000  # 10 kbit/s: 1.25 bytes a millisecond
+        pause = Ether(dst=PFC_DST_MAC, src=SRC_MAC, type=ETH_P_MAC_CONTROL) / \
+            MACControlClassBasedFlowControl(_reserved=0, c3_enabled=1, c3_pause_time=65535)
+        tu.send_packet(self, AGENT_PORT, tick(port, 3, backlog))
+        tu.send_packet(self, port, pause)
+        tu.verify_no_other_packets(self)
+        try:
+            q = self.bm.bm_register_read(0, "q_bytes", cell(port, 3))
+            assert backlog - leak - 1500 <= q <= backlog - leak, q  # under a second's drain
+            tu.send_packet(self, port, pause)
+            tu.verify_no_other_packets(self)
+            assert self.bm.bm_register_read(0, "q_bytes", cell(port, 3)) == q
+        finally:
+            self.bm.bm_register_write(0, "paused_until", cell(port, 3), 0)
+
+
 class WatchdogIgnoredPfc(RoceSwitchTest):
     """Where the agent's watchdog has a queue ignore PFC (register pfc_ignored), a received
     pause leaves the phantom draining; other classes on the port still pause."""
