@@ -143,7 +143,9 @@ struct metadata_t {
     bit<32>     port_rate_q20;
     bit<32>     quantum_us_q10;
     bit<32>     gate_leak;
+    bit<32>     q_idx;        /* q_port * NUM_TCS + q_tc: the queue's cell in each register */
     bit<1>      qp_valid;
+    bit<1>      ce_mark;      /* RED's verdict for this packet */
     bit<1>      ecn_enable;
     bit<32>     kmin;
     bit<32>     kmax;

@@ -138,9 +138,7 @@ control RoceIngress(inout headers_t hdr,
         }
 
 #ifndef PLAIN_FORWARDING
-        if (meta.lossless_kind != LOSSLESS_NONE) {
-            lossless.apply(hdr, meta, std_meta);
-        }
+        lossless.apply(hdr, meta, std_meta);  /* it looks at lossless_kind first */
 #endif
         std_meta.priority = meta.tc;
         rx_port_tc.count(in_port * NUM_TCS + (bit<32>) meta.tc);

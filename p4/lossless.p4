@@ -88,8 +88,38 @@ control RoceLossless(inout headers_t hdr,
         size = NUM_PORTS;
     }
 
+    /* Bring the phantom up to date at `now`: drain it over the unpaused time since last. */
+    action drain(bit<32> idx) {
+        bit<32> q;
+        bit<48> last;
+        bit<48> pu;
+        q_bytes.read(q, idx);
+        q_time.read(last, idx);
+        paused_until.read(pu, idx);
+        bit<48> start = (pu > last) ? pu : last;
+        bit<64> elapsed = (meta.now > start) ? (bit<64>) (meta.now - start) : 64w0;
+        bit<64> drained = (elapsed * (bit<64>) meta.port_rate_q20) >> 20;
+        meta.q = ((bit<64>) q > drained) ? q - (bit<32>) drained : 32w0;
+    }
+
+    /* Which queue a data packet joins (its egress port and class) or a tick names, and when.
+     *
+     * Why so much is folded into single actions here: BMv2 interprets the program table by
+     * table, and p4c makes a hidden table of every straight run of statements between two
+     * conditions, so each `if` on the per-packet path costs a condition and a table. The
+     * common path (a data packet into a lossless queue) goes through locate, queue_profile
+     * (which also drains the phantom), admit, and RED when the packet is ECN-capable. */
+    action locate() {
+        meta.now = std_meta.ingress_global_timestamp;
+        bool is_tick = meta.lossless_kind == LOSSLESS_TICK;
+        meta.q_port = is_tick ? (bit<32>) hdr.tick.port : (bit<32>) std_meta.egress_spec;
+        meta.q_tc = is_tick ? (tc_t) hdr.tick.tc : meta.tc;
+        meta.q_idx = meta.q_port * NUM_TCS + (bit<32>) meta.q_tc;
+    }
+
     /* Per (egress port, class): the port's drain rate (bytes per 2^20 us), the ECN profile and
-     * the PFC thresholds, in bytes. One lookup per packet: BMv2 pays for every table. */
+     * the PFC thresholds, in bytes; and the queue's phantom, drained until now (meta.q). One
+     * lookup per packet: BMv2 pays for every table. */
     action set_queue_profile(bit<32> rate_q20, bit<1> ecn_enable, bit<32> kmin, bit<32> kmax,
                              bit<32> pmax_slope, bit<1> pfc_enable, bit<32> xoff, bit<32> xon,
                              bit<16> pause_quanta, bit<48> refresh_us) {
@@ -104,6 +134,7 @@ control RoceLossless(inout headers_t hdr,
         meta.xon = xon;
         meta.pause_quanta = pause_quanta;
         meta.refresh_us = refresh_us;
+        drain(meta.q_idx);
     }
     table queue_profile {
         key = { meta.q_port: exact; meta.q_tc: exact; }
@@ -112,19 +143,29 @@ control RoceLossless(inout headers_t hdr,
         size = PORT_TC_CELLS;
     }
 
-    /* Bring the phantom up to date at `now`: drain it over the unpaused time since last. */
-    action drain(bit<32> idx) {
-        bit<32> q;
-        bit<48> last;
-        bit<48> pu;
-        q_bytes.read(q, idx);
-        q_time.read(last, idx);
-        paused_until.read(pu, idx);
-        bit<48> start = (pu > last) ? pu : last;
-        bit<64> elapsed = (meta.now > start) ? (bit<64>) (meta.now - start) : 64w0;
-        bit<64> drained = (elapsed * (bit<64>) meta.port_rate_q20) >> 20;
-        meta.q = ((bit<64>) q > drained) ? q - (bit<32>) drained : 32w0;
+    /* A data packet joins its queue: the phantom grows by its bytes, and so does the count of
+     * bytes admitted (what a resync subtracts the kernel's released bytes from). And RED on
+     * the phantom, for ECN-capable packets where the queue marks (Floyd and Jacobson 1993,
+     * without the averaging, as switch ASICs do it on the instantaneous queue): above Kmax
+     * always, between Kmin and Kmax with a probability rising linearly to Pmax. Both in one
+     * action, and the CE mark written through a ternary: one table on the common path. */
+    action admit() {
+        meta.q = meta.q + std_meta.packet_length;
+        q_bytes.write(meta.q_idx, meta.q);
+        q_time.write(meta.q_idx, meta.now);
+        bit<32> adm;
+        admitted.read(adm, meta.q_idx);
+        admitted.write(meta.q_idx, adm + std_meta.packet_length);
+        meta.lossless_data = 1;
+        bit<16> r;
+        random(r, 16w0, 16w0xffff);
+        bit<64> p16 = ((bit<64>) (meta.q - meta.kmin) * (bit<64>) meta.pmax_slope) >> 16;
+        meta.ce_mark = (meta.ecn_enable == 1 && hdr.ipv4.ecn != 0 &&
+                        (meta.q > meta.kmax || (meta.q > meta.kmin && (bit<64>) r < p16)))
+                       ? 1w1 : 1w0;
+        hdr.ipv4.ecn = (meta.ce_mark == 1) ? 2w3 : hdr.ipv4.ecn;
     }
+
 
     /* A pause (quanta > 0) or its end (quanta 0) for queue idx, at `now`. The phantom is first
      * brought up to date: it drained until this instant, and a pause that froze it as it stood
@@ -151,38 +192,42 @@ control RoceLossless(inout headers_t hdr,
     }
 
     apply {
-        meta.now = std_meta.ingress_global_timestamp;
+        if (meta.lossless_kind == LOSSLESS_DATA || meta.lossless_kind == LOSSLESS_TICK) {
+            locate();
+            bit<32> idx = meta.q_idx;
+            queue_profile.apply();  /* and the phantom drained until now, when it has one */
 
-        if (meta.lossless_kind == LOSSLESS_PFC) {
-            /* A PFC frame from the peer of this port: the phantoms of its classes stop draining
-             * for the pause time (the agent closes the kernel gates). */
-            ingress_port_quantum.apply();
-            bit<32> base = (bit<32>) std_meta.ingress_port * NUM_TCS;
-            bit<1> ignored;
-            PFC_PAUSE_CLASS(0, time0)
-            PFC_PAUSE_CLASS(1, time1)
-            PFC_PAUSE_CLASS(2, time2)
-            PFC_PAUSE_CLASS(3, time3)
-            PFC_PAUSE_CLASS(4, time4)
-            PFC_PAUSE_CLASS(5, time5)
-            PFC_PAUSE_CLASS(6, time6)
-            PFC_PAUSE_CLASS(7, time7)
-        } else {
-            bool is_tick = meta.lossless_kind == LOSSLESS_TICK;
-            if (is_tick) {
-                meta.q_port = (bit<32>) hdr.tick.port;
-                meta.q_tc = (tc_t) hdr.tick.tc;
-            } else {
-                meta.q_port = (bit<32>) std_meta.egress_spec;
-                meta.q_tc = meta.tc;
-            }
-            bit<32> idx = meta.q_port * NUM_TCS + (bit<32>) meta.q_tc;
-            queue_profile.apply();
-            if (meta.qp_valid == 1) {
-                drain(idx);
-            }
+            if (meta.lossless_kind == LOSSLESS_DATA && meta.qp_valid == 1) {
+                /* A data packet on its way to (egress_spec, tc): it joins the queue. */
+                admit();  /* and ECN: RED on the phantom */
+                if (meta.ce_mark == 1) {
+                    ecn_marked.count(idx);
+                }
 
-            if (is_tick) {
+                /* PFC: over XOFF, pause the port the packet came from (refreshed before the
+                 * pause expires). */
+                bit<32> q = meta.q;
+                if (meta.pfc_enable == 1 && q > meta.xoff) {
+                    bit<32> pidx = (bit<32>) std_meta.ingress_port * NUM_TCS
+                                   + (bit<32>) meta.tc;
+                    bit<48> last;
+                    xoff_sent_at.read(last, pidx);
+                    bit<64> ports;
+                    paused_by.read(ports, idx);
+                    bit<64> me = (bit<64>) 1 << (bit<8>) std_meta.ingress_port;
+                    paused_by.write(idx, ports | me);
+                    /* XOFF if this port is not paused on this queue's account (never, or an
+                     * XON resumed it), or to refresh a pause that is about to expire. */
+                    if ((ports & me) == 0 || meta.now - last > meta.refresh_us) {
+                        xoff_sent_at.write(pidx, meta.now);
+                        meta.pfc_tc = meta.tc;
+                        meta.pfc_quanta = meta.pause_quanta;
+                        pfc_xoff_triggered.count(pidx);
+                        clone_preserving_field_list(CloneType.I2E,
+                                                    (bit<32>) std_meta.ingress_port, FL_PFC);
+                    }
+                }
+            } else if (meta.lossless_kind == LOSSLESS_TICK) {
                 /* The agent's tick for (port, class). A resync tick carries the kernel's
                  * backlog: the phantom takes it and the drift is recorded. A timer tick
                  * (backlog all ones) only asks the program to judge its own drained phantom.
@@ -242,59 +287,22 @@ control RoceLossless(inout headers_t hdr,
                         mark_to_drop(std_meta);
                     }
                 }
-            } else if (meta.qp_valid == 1) {
-                /* A data packet on its way to (egress_spec, tc): it joins the queue. */
-                bit<32> q = meta.q + std_meta.packet_length;
-                q_bytes.write(idx, q);
-                q_time.write(idx, meta.now);
-                bit<32> adm;
-                admitted.read(adm, idx);
-                admitted.write(idx, adm + std_meta.packet_length);
-                meta.lossless_data = 1;
-
-                /* ECN: RED on the phantom, for ECN-capable packets only. */
-                if (meta.ecn_enable == 1 && hdr.ipv4.ecn != 0) {
-                    bit<1> mark = 0;
-                    if (q > meta.kmax) {
-                        mark = 1;
-                    } else if (q > meta.kmin) {
-                        bit<16> r;
-                        random(r, 16w0, 16w0xffff);
-                        bit<64> p16 = ((bit<64>) (q - meta.kmin) * (bit<64>) meta.pmax_slope)
-                                      >> 16;
-                        if ((bit<64>) r < p16) {
-                            mark = 1;
-                        }
-                    }
-                    if (mark == 1) {
-                        hdr.ipv4.ecn = 3;
-                        ecn_marked.count(idx);
-                    }
-                }
-
-                /* PFC: over XOFF, pause the port the packet came from (refreshed before the
-                 * pause expires). */
-                if (meta.pfc_enable == 1 && q > meta.xoff) {
-                    bit<32> pidx = (bit<32>) std_meta.ingress_port * NUM_TCS
-                                   + (bit<32>) meta.tc;
-                    bit<48> last;
-                    xoff_sent_at.read(last, pidx);
-                    bit<64> ports;
-                    paused_by.read(ports, idx);
-                    bit<64> me = (bit<64>) 1 << (bit<8>) std_meta.ingress_port;
-                    paused_by.write(idx, ports | me);
-                    /* XOFF if this port is not paused on this queue's account (never, or an
-                     * XON resumed it), or to refresh a pause that is about to expire. */
-                    if ((ports & me) == 0 || meta.now - last > meta.refresh_us) {
-                        xoff_sent_at.write(pidx, meta.now);
-                        meta.pfc_tc = meta.tc;
-                        meta.pfc_quanta = meta.pause_quanta;
-                        pfc_xoff_triggered.count(pidx);
-                        clone_preserving_field_list(CloneType.I2E,
-                                                    (bit<32>) std_meta.ingress_port, FL_PFC);
-                    }
-                }
             }
+        } else if (meta.lossless_kind == LOSSLESS_PFC) {
+            /* A PFC frame from the peer of this port: the phantoms of its classes stop draining
+             * for the pause time (the agent closes the kernel gates). */
+            meta.now = std_meta.ingress_global_timestamp;
+            ingress_port_quantum.apply();
+            bit<32> base = (bit<32>) std_meta.ingress_port * NUM_TCS;
+            bit<1> ignored;
+            PFC_PAUSE_CLASS(0, time0)
+            PFC_PAUSE_CLASS(1, time1)
+            PFC_PAUSE_CLASS(2, time2)
+            PFC_PAUSE_CLASS(3, time3)
+            PFC_PAUSE_CLASS(4, time4)
+            PFC_PAUSE_CLASS(5, time5)
+            PFC_PAUSE_CLASS(6, time6)
+            PFC_PAUSE_CLASS(7, time7)
         }
     }
 }
