@@ -19,7 +19,7 @@ from testbed.agent.config import AgentConfig
 from testbed.agent.frames import released_bytes, tick_frame
 from testbed.agent.pause import PortRuntime
 from testbed.agent.registers import RegisterReader
-from testbed.constants import NUM_TCS, TICK_TIMER_ONLY
+from testbed.constants import NUM_TCS, TICK_TIMER_ONLY, gate_major
 from testbed.ports import ClassStats
 from testbed.results import CsvWriter, TelemetryRow
 from testbed.tcstats import QdiscReader
@@ -44,14 +44,16 @@ class TelemetryMixin:
     _sent_seen: dict[tuple[int, int], int]  # each lossless queue's sent packets at last sample
     busy_until: float
 
-    def _backlogs(self) -> dict[int, dict[int, ClassStats]]:
-        dump = self.reader.dump()  # one netlink dump for every port
+    def _backlogs(self, lossless_only: bool = False) -> dict[int, dict[int, ClassStats]]:
+        """Every port's classes (or its lossless classes alone), from one netlink dump."""
+        dump = self.reader.dump(frozenset(gate_major(tc) for tc in self.cfg.lossless)
+                                if lossless_only else None)
         return {n: pr.gates.stats(dump) for n, pr in self.ports.items()}
 
     def tick(self, stats: dict[int, dict[int, ClassStats]] | None = None) -> None:
         """Resync tick: read the kernel (one dump) and tick every lossless queue that holds, or
         just held, packets with its backlog. Queues with a backlog become "hot"."""
-        stats = stats if stats is not None else self._backlogs()
+        stats = stats if stats is not None else self._backlogs(lossless_only=True)
         for n in self.ports:
             for tc in self.cfg.lossless:
                 st = stats[n].get(tc)
