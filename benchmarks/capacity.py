@@ -248,22 +248,45 @@ def _costs(build: str) -> dict:
             **agents}
 
 
-def markdown(results: list[dict], costs: dict, trials: list[dict]) -> str:
-    lines = ["| incast | frames | " + " | ".join(f"{b} build" for b in costs) + " |",
-             "|---|---|" + "---|" * len(costs)]
+def _find(results: list[dict], shape: str, frames: str, build: str) -> dict | None:
+    return next((x for x in results if x["shape"] == shape and x["frames"] == frames
+                 and x["build"] == build), None)
+
+
+def _cell(r: dict | None) -> str:
+    if r is None:
+        return "not run"
+    if set(r["decided_on"]) >= set(CHECKS):
+        return _rate(r["capacity_mbps"], r)
+    return f"{_rate(r['capacity_mbps'], r)} ({_rate(r['all_checks_mbps'], r)} on every check)"
+
+
+def _all_checks(r: dict | None) -> str:
+    """What an earlier run proved on every check: its capacity when it decided on all of them,
+    else the highest rate it tried at which every trial passed every check."""
+    if r is None:
+        return "not run"
+    mbps = r["capacity_mbps"] if set(r["decided_on"]) >= set(CHECKS) else r["all_checks_mbps"]
+    return _rate(mbps, r)
+
+
+def markdown(results: list[dict], costs: dict, trials: list[dict],
+             before: list[dict] | None = None) -> str:
+    """The capacity table (with an earlier run's capacity on every check beside each build's,
+    when ``before`` gives its results) and the costs measured in this run."""
+    head = []
+    for b in costs:
+        head += ([f"{b} build, before", f"{b} build, now"] if before is not None
+                 else [f"{b} build"])
+    lines = ["| incast | frames | " + " | ".join(head) + " |",
+             "|---|---|" + "---|" * len(head)]
     for shape in SHAPES:
         for frames in FRAMES.values():
             cells = []
             for b in costs:
-                r = next((x for x in results if x["shape"] == shape and x["frames"] == frames
-                          and x["build"] == b), None)
-                if r is None:
-                    cells.append("not run")
-                elif set(r["decided_on"]) >= set(CHECKS):
-                    cells.append(_rate(r["capacity_mbps"], r))
-                else:
-                    cells.append(f"{_rate(r['capacity_mbps'], r)} "
-                                 f"({_rate(r['all_checks_mbps'], r)} on every check)")
+                if before is not None:
+                    cells.append(_all_checks(_find(before, shape, frames, b)))
+                cells.append(_cell(_find(results, shape, frames, b)))
             lines.append(f"| {shape} | {frames} | " + " | ".join(cells) + " |")
     lines += ["", "| build | BMv2 pps full / plain (ratio) | agents' CPU idle / 4:1 incast on "
               "2x4x2 | endpoint CPU per delivered packet (median over passing trials) |",
@@ -295,7 +318,18 @@ def main() -> None:
     ap.add_argument("--decide", default=",".join(CHECKS),
                     help=f"the checks that decide a rate (of {', '.join(CHECKS)})")
     ap.add_argument("--tag", default="capacity", help="output file name")
+    ap.add_argument("--before", type=Path, help="an earlier run's capacity.json, whose "
+                    "capacity on every check the table shows beside this run's")
+    ap.add_argument("--redraw", type=Path, help="no runs: write the table of a saved run's "
+                    "capacity.json (with --before) to --out")
     args = ap.parse_args()
+    before = json.loads(args.before.read_text())["results"] if args.before else None
+    if args.redraw:
+        saved = json.loads(args.redraw.read_text())
+        md = markdown(saved["results"], saved["costs"], saved["trials"], before)
+        (args.out / f"{args.tag}.md").write_text(md)
+        print(md)
+        return
     from testbed.run import interrupt_on_sigterm
 
     interrupt_on_sigterm()  # a stopped benchmark tears its fabric down, as Ctrl-C does
@@ -312,7 +346,7 @@ def main() -> None:
                 out = {"results": results, "costs": costs, "trials": trials,
                        "settings": {k: str(v) for k, v in vars(args).items()}}
                 (args.out / f"{args.tag}.json").write_text(json.dumps(out, indent=2))
-    md = markdown(results, costs, trials)
+    md = markdown(results, costs, trials, before)
     (args.out / f"{args.tag}.md").write_text(md)
     print(md)
 

@@ -1,0 +1,40 @@
+"""The capacity benchmark's pure parts: the rate search and the before/after table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import capacity  # noqa: E402
+
+
+def test_search_doubles_while_it_passes_then_bisects() -> None:
+    best, tried = capacity.search(lambda r: r <= 33, start=10, steps=2, ceiling=320)
+    assert tried == [10, 20, 40, 30, 35]
+    assert best == 30
+    # a failing start bisects below it; nothing passing gives None
+    assert capacity.search(lambda r: False, start=10, steps=1, ceiling=320) == (None, [10, 5.0])
+
+
+def _result(shape: str, frames: str, build: str, mbps: float | None, strict: float | None,
+            decided: tuple[str, ...] = capacity.CHECKS) -> dict:
+    return {"shape": shape, "frames": frames, "build": build, "capacity_mbps": mbps,
+            "all_checks_mbps": strict, "tried": [10, 20], "decided_on": list(decided)}
+
+
+def test_the_table_puts_the_earlier_runs_capacity_on_every_check_beside_this_ones() -> None:
+    shape, frames = "4:1 on 2x3x2", "4 KB frames"
+    now = [_result(shape, frames, "default", 17.5, 17.5)]
+    # an earlier run that decided without the drift: its capacity on every check is the
+    # highest rate at which every check passed, not the rate it decided on
+    before = [_result(shape, frames, "default", 30, 10,
+                      tuple(c for c in capacity.CHECKS if c != "drift_p99"))]
+    costs = {"default": {"full_pps": 5000, "plain_pps": 8000, "ratio": 0.625,
+                         "agent_cpu_idle_cores": 0.06, "agent_cpu_incast_cores": 0.25}}
+    md = capacity.markdown(now, costs, [], before)
+    assert "| default build, before | default build, now |" in md
+    assert f"| {shape} | {frames} | 10 Mbit/s | 17.5 Mbit/s |" in md
+    assert "| 6:1 on 2x4x2 | 4 KB frames | not run | not run |" in md
+    assert "| default | 5000 / 8000 (0.625) | 6.0% / 25.0% of a core | - us |" in md
