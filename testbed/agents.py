@@ -56,7 +56,8 @@ class AgentPool:
                             a.tick_period_ms / 1000, a.sample_period_ms / 1000, self.out,
                             max_frame_bytes(self.topo.mtu), a.pfc_watchdog,
                             self.runtime_dir / f"{sw.name}.pfcwd.json",
-                            self.cfg.switch.thrift_port, self.t0, a.nice)
+                            self.cfg.switch.thrift_port, self.t0, a.nice,
+                            a.resync_period_ms / 1000)
 
     @property
     def running(self) -> bool:

@@ -214,3 +214,22 @@ def test_fabric_config_models_check_rules_across_sections() -> None:
         FabricConfig.model_validate({"qos": {"default_tc": 3, "dscp_to_tc_map": {26: 3}}})
     with pytest.raises(ValueError, match="at most 63"):
         FabricConfig.model_validate({"fabric": {"leaves": 64}})
+
+
+def test_the_agent_settings_reach_each_switch_agent(tmp_path: Path) -> None:
+    """agent.tick_period_ms, sample_period_ms, resync_period_ms and nice, as each agent's
+    config file carries them (the agent reads nothing else)."""
+    import json
+
+    from testbed.agent.config import AgentConfig
+    from testbed.agents import AgentPool
+    from testbed.state import RunState
+
+    cfg = FabricConfig.model_validate({"agent": {"tick_period_ms": 5, "sample_period_ms": 200,
+                                                 "resync_period_ms": 20, "nice": -5}})
+    pool = AgentPool(cfg, build_topology(cfg), tmp_path, tmp_path, RunState("t"), 0.0)
+    path = tmp_path / "leaf1.agent.json"
+    path.write_text(json.dumps(pool.config("leaf1")))
+    agent = AgentConfig.load(path)
+    assert (agent.tick_period_s, agent.sample_period_s, agent.resync_period_s, agent.nice) == \
+        (0.005, 0.2, 0.02, -5)

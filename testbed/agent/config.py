@@ -39,6 +39,7 @@ class AgentConfig:
     #: that every agent's t_s, the scenario's timeline and the counter samples line up.
     t0_monotonic: float | None = None
     nice: int = 0  # scheduling priority (config agent.nice), set before anything starts
+    resync_period_s: float = 0.05  # config agent.resync_period_ms
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:
@@ -56,7 +57,7 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
                  sample_period_s: float, out_dir: Path, max_frame: int,
                  watchdog=None, state_file: Path | None = None,
                  thrift_port: int | None = None, t0_monotonic: float | None = None,
-                 nice: int = 0) -> dict:
+                 nice: int = 0, resync_period_s: float = 0.05) -> dict:
     wd = None
     if watchdog is not None:
         wd = watchdog.model_dump()
@@ -68,4 +69,5 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
         default_tc=qos.default_tc, lossless=list(qos.pfc_enable), tick_ifname=tick_ifname,
         tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
         max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None,
-        thrift_port=thrift_port, t0_monotonic=t0_monotonic, nice=nice))
+        thrift_port=thrift_port, t0_monotonic=t0_monotonic, nice=nice,
+        resync_period_s=resync_period_s))

@@ -26,9 +26,6 @@ from testbed.results import events_writer, telemetry_writer
 from testbed.tcstats import QdiscReader
 from traffic.packets import parse_pfc
 
-#: While busy, resync from the kernel this often; timer ticks fill the gaps (no kernel read).
-RESYNC_S = 0.05
-
 
 class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
     def __init__(self, cfg: AgentConfig, clock=time.monotonic) -> None:
@@ -83,7 +80,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
             if now >= next_tick and now < self.busy_until:
                 if now >= next_resync:
                     self.tick()
-                    next_resync = now + RESYNC_S
+                    next_resync = now + self.cfg.resync_period_s
                 else:
                     self.timer_tick()
                 next_tick = now + self.cfg.tick_period_s
