@@ -108,7 +108,7 @@ control RoceLossless(inout headers_t hdr,
      * table, and p4c makes a hidden table of every straight run of statements between two
      * conditions, so each `if` on the per-packet path costs a condition and a table. The
      * common path (a data packet into a lossless queue) goes through locate, queue_profile
-     * (which also drains the phantom), admit, and RED when the packet is ECN-capable. */
+     * (which also drains the phantom) and admit (which also runs RED). */
     action locate() {
         meta.now = std_meta.ingress_global_timestamp;
         bool is_tick = meta.lossless_kind == LOSSLESS_TICK;
@@ -165,7 +165,6 @@ control RoceLossless(inout headers_t hdr,
                        ? 1w1 : 1w0;
         hdr.ipv4.ecn = (meta.ce_mark == 1) ? 2w3 : hdr.ipv4.ecn;
     }
-
 
     /* A pause (quanta > 0) or its end (quanta 0) for queue idx, at `now`. The phantom is first
      * brought up to date: it drained until this instant, and a pause that froze it as it stood
