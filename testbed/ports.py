@@ -133,11 +133,14 @@ class TcBatch:
     (with -force) says so on its unbuffered stderr and goes on; any other line there is a
     failed command, passed on to our stderr (the agent's log). :meth:`when_applied` queues a
     call for that moment, which the owner's loop runs from :meth:`dispatch` when
-    :meth:`fileno` is readable; :meth:`wait_applied` blocks for it.
+    :meth:`fileno` is readable; :meth:`wait_applied` blocks for it. A marker still unanswered
+    after MARKER_LATE_S (a `tc` that words its messages otherwise) has its call run anyway by
+    :meth:`fire_overdue`: an opened gate is then kicked late, never left waiting.
     """
 
     MARKER_DEV = "rtb-marker"
     MARKER = f"qdisc show dev {MARKER_DEV}"
+    MARKER_LATE_S = 0.05
 
     def __init__(self, netns: str | None = None) -> None:
         import subprocess
@@ -147,7 +150,8 @@ class TcBatch:
             cmd = ["ip", "netns", "exec", netns, *cmd]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, bufsize=1)
-        self._pending: list[Callable[[], None]] = []  # one per marker written, in order
+        #: One per marker written, in order: [call, when written (monotonic), already run].
+        self._pending: list[list] = []
         self._partial = b""  # the start of a line tc has not finished writing
 
     def run(self, line: str) -> None:
@@ -161,8 +165,26 @@ class TcBatch:
 
     def when_applied(self, call: Callable[[], None]) -> None:
         """Have ``call`` run (from :meth:`dispatch`) once every line written so far is applied."""
-        self._pending.append(call)
+        self._pending.append([call, time.monotonic(), False])
         self.run(self.MARKER)
+
+    def overdue_at(self) -> float | None:
+        """When (monotonic) the oldest call not yet run falls due without its answer."""
+        waiting = [w for _c, w, ran in self._pending if not ran]
+        return waiting[0] + self.MARKER_LATE_S if waiting else None
+
+    def fire_overdue(self) -> None:
+        """Run the calls whose markers are MARKER_LATE_S old and unanswered. They stay queued,
+        so that the answers, if they come, still pair with their markers in order."""
+        now = time.monotonic()
+        for entry in self._pending:
+            if not entry[2] and entry[1] <= now - self.MARKER_LATE_S:
+                entry[2] = True
+                entry[0]()
+        # an answer a second late is none: forget those, or a tc that never answers would
+        # have the queue grow with every gate change
+        while self._pending and self._pending[0][2] and self._pending[0][1] < now - 1.0:
+            self._pending.pop(0)
 
     def dispatch(self) -> None:
         """Run the calls whose markers tc has answered (call when :meth:`fileno` is readable)."""
@@ -177,26 +199,30 @@ class TcBatch:
             answered = len(self._pending)
         else:
             *lines, self._partial = (self._partial + data).split(b"\n")
-            marker = f'"{self.MARKER_DEV}"'.encode()
+            marker = self.MARKER_DEV.encode()
             answered = sum(marker in ln for ln in lines)
             for ln in lines:
                 if marker not in ln and not ln.startswith(b"Command failed -:"):
                     print(f"tc: {ln.decode(errors='replace')}", file=sys.stderr, flush=True)
-        calls, self._pending = self._pending[:answered], self._pending[answered:]
-        for call in calls:
-            call()
+        done, self._pending = self._pending[:answered], self._pending[answered:]
+        for call, _written, ran in done:
+            if not ran:
+                call()
 
-    def wait_applied(self, timeout: float = 0.5) -> None:
-        """Block until every line written so far is applied (or ``timeout`` passes)."""
+    def wait_applied(self) -> None:
+        """Block until every line written so far is applied (at most MARKER_LATE_S without an
+        answer)."""
         import select
 
         done: list[bool] = []
         self.when_applied(lambda: done.append(True))
-        deadline = time.monotonic() + timeout
-        while not done and time.monotonic() < deadline:
-            ready, _, _ = select.select([self], [], [], max(0.0, deadline - time.monotonic()))
+        while not done:
+            due = self.overdue_at()
+            wait = max(0.0, due - time.monotonic()) if due is not None else 0.0
+            ready, _, _ = select.select([self], [], [], wait)
             if ready:
                 self.dispatch()
+            self.fire_overdue()
 
     def close(self) -> None:
         if self.proc.stdin:

@@ -194,3 +194,29 @@ def test_strict_priority_under_overload() -> None:
     assert zeros_before <= 3, order
 
 
+
+
+def test_tc_batch_runs_a_call_once_its_change_is_applied_or_late() -> None:
+    """A gate's kick waits for tc's answer to the marker after the change; a tc that never
+    answers (its messages worded otherwise) still has the call run, MARKER_LATE_S late, and an
+    answer that comes after that does not run it twice."""
+    from testbed.ports import TcBatch
+
+    batch = TcBatch()
+    try:
+        runs: list[str] = []
+        batch.when_applied(lambda: runs.append("answered"))
+        t0 = time.monotonic()
+        batch.wait_applied()  # answered: returns long before the late bound
+        assert runs == ["answered"] and time.monotonic() - t0 < batch.MARKER_LATE_S
+        batch.MARKER = "qdisc show dev lo"  # prints nothing on stderr: never answered
+        batch.when_applied(lambda: runs.append("late"))
+        t0 = time.monotonic()
+        batch.wait_applied()
+        assert runs == ["answered", "late"]
+        assert time.monotonic() - t0 >= batch.MARKER_LATE_S
+        batch.MARKER = TcBatch.MARKER
+        batch.wait_applied()  # answers pair with markers in order; nothing runs twice
+        assert runs == ["answered", "late"]
+    finally:
+        batch.close()

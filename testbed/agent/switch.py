@@ -91,10 +91,14 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
                 self.watchdog_poll()
                 next_poll = now + poll_s
             self.expire()
+            self.batch.fire_overdue()
             wake = min(next_tick if now < self.busy_until else next_sample, next_sample,
                        self.timers[0][0] if self.timers else next_sample)
             if wd_on:
                 wake = min(wake, next_poll)
+            overdue = self.batch.overdue_at()  # on time.monotonic, as self.clock
+            if overdue is not None:
+                wake = min(wake, overdue)
             ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
             for s in ready:
                 if s is self.batch:
