@@ -37,6 +37,13 @@ OPEN_RATE_BPS = 1_000_000_000  # 1 Gbit/s: far above any emulated link, never th
 CLOSED_RATE_BPS = 1_000  # 1 kbit/s (8 bit/s overflows tbf's burst field with jumbo frames)
 #: No tbf burst is smaller than this, whatever the MTU (testbed.qos counts it as leak).
 MIN_BURST_BYTES = 1600
+
+
+def gate_burst_bytes(max_frame: int) -> int:
+    """A gate's tbf burst, open or closed: the largest frame (tbf drops at enqueue any frame
+    larger than its burst), so also what a closing gate lets through."""
+    return max(max_frame, MIN_BURST_BYTES)
+
 #: htb's buckets (burst and cburst of every class): what a class may send at once, beyond its
 #: rate, after it idled or was paused. A real port never sends faster than its line rate, and
 #: the P4 phantom drains at exactly that rate: with a burst of the largest frame (9014 bytes),
@@ -78,8 +85,9 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
     dev = spec.ifname
     rate = spec.rate_bps
     guaranteed = max(rate // 100, 8000)  # each class's own share; the rest is borrowed by prio
-    quantum = max(spec.max_frame, MIN_BURST_BYTES)  # DRR's share: a whole frame a turn
-    buckets = f"burst {HTB_BURST_BYTES} cburst {HTB_BURST_BYTES} quantum {quantum}"
+    gate_burst = gate_burst_bytes(spec.max_frame)
+    # htb's DRR quantum: a whole frame a turn, whatever the buckets hold
+    buckets = f"burst {HTB_BURST_BYTES} cburst {HTB_BURST_BYTES} quantum {gate_burst}"
     default_flow = class_handle(spec.default_tc)
     lines = [
         f"qdisc replace dev {dev} root handle 1: htb default {gate_major(spec.default_tc):x}",
@@ -98,7 +106,7 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
             f"class add dev {dev} parent 1:1 classid {class_handle(tc)} htb rate {guaranteed}bit "
             f"ceil {rate}bit prio {NUM_TCS - 1 - tc} {buckets}",
             f"qdisc add dev {dev} parent {class_handle(tc)} handle {gate_major(tc):x}: tbf "
-            f"rate {OPEN_RATE_BPS}bit burst {quantum} limit {spec.buffers[tc]}",
+            f"rate {OPEN_RATE_BPS}bit burst {gate_burst} limit {spec.buffers[tc]}",
         ]
     lines.append(f"filter add dev {dev} parent 1: protocol {ETH_P_MAC_CONTROL:#06x} prio 1 u32 "
                  f"match u32 0 0 flowid 1:{CONTROL_CLASSID:x}")
@@ -119,6 +127,19 @@ class ClassStats:
     drops: int
     sent_bytes: int
     sent_packets: int
+
+
+@dataclass
+class _Waiting:
+    """A call waiting for tc's answer to its marker (TcBatch.when_applied)."""
+
+    call: Callable[[], None]
+    written: float  # when its marker was written (monotonic)
+    ran: bool = False
+
+    def run(self) -> None:
+        self.ran = True
+        self.call()
 
 
 class TcBatch:
@@ -150,8 +171,7 @@ class TcBatch:
             cmd = ["ip", "netns", "exec", netns, *cmd]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, bufsize=1)
-        #: One per marker written, in order: [call, when written (monotonic), already run].
-        self._pending: list[list] = []
+        self._pending: list[_Waiting] = []  # one per marker written, in order
         self._partial = b""  # the start of a line tc has not finished writing
 
     def run(self, line: str) -> None:
@@ -165,25 +185,24 @@ class TcBatch:
 
     def when_applied(self, call: Callable[[], None]) -> None:
         """Have ``call`` run (from :meth:`dispatch`) once every line written so far is applied."""
-        self._pending.append([call, time.monotonic(), False])
+        self._pending.append(_Waiting(call, time.monotonic()))
         self.run(self.MARKER)
 
     def overdue_at(self) -> float | None:
         """When (monotonic) the oldest call not yet run falls due without its answer."""
-        waiting = [w for _c, w, ran in self._pending if not ran]
-        return waiting[0] + self.MARKER_LATE_S if waiting else None
+        first = next((w for w in self._pending if not w.ran), None)
+        return None if first is None else first.written + self.MARKER_LATE_S
 
     def fire_overdue(self) -> None:
         """Run the calls whose markers are MARKER_LATE_S old and unanswered. They stay queued,
         so that the answers, if they come, still pair with their markers in order."""
         now = time.monotonic()
-        for entry in self._pending:
-            if not entry[2] and entry[1] <= now - self.MARKER_LATE_S:
-                entry[2] = True
-                entry[0]()
+        for w in self._pending:
+            if not w.ran and w.written <= now - self.MARKER_LATE_S:
+                w.run()
         # an answer a second late is none: forget those, or a tc that never answers would
         # have the queue grow with every gate change
-        while self._pending and self._pending[0][2] and self._pending[0][1] < now - 1.0:
+        while self._pending and self._pending[0].ran and self._pending[0].written < now - 1.0:
             self._pending.pop(0)
 
     def dispatch(self) -> None:
@@ -205,9 +224,9 @@ class TcBatch:
                 if marker not in ln and not ln.startswith(b"Command failed -:"):
                     print(f"tc: {ln.decode(errors='replace')}", file=sys.stderr, flush=True)
         done, self._pending = self._pending[:answered], self._pending[answered:]
-        for call, _written, ran in done:
-            if not ran:
-                call()
+        for w in done:
+            if not w.ran:
+                w.run()
 
     def wait_applied(self) -> None:
         """Block until every line written so far is applied (at most MARKER_LATE_S without an
@@ -237,7 +256,7 @@ def gate_command(spec: PortSpec, tc: int, closed: bool, limit: int | None = None
     limit = spec.buffers[tc] if limit is None else limit
     return (f"qdisc change dev {spec.ifname} parent {class_handle(tc)} "
             f"handle {gate_major(tc):x}: tbf rate {rate}bit "
-            f"burst {max(spec.max_frame, MIN_BURST_BYTES)} limit {limit}")
+            f"burst {gate_burst_bytes(spec.max_frame)} limit {limit}")
 
 
 class PortGates:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from testbed.config import FabricConfig, FabricShape, QosConfig
 from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS
-from testbed.ports import MIN_BURST_BYTES, PortSpec
+from testbed.ports import PortSpec, gate_burst_bytes
 from testbed.topology import Topology, intf_name
 
 #: The interface MTU of a config that does not name one: FabricShape's default, one definition.
@@ -51,7 +51,7 @@ def gate_leak_bytes(mtu: int = DEFAULT_MTU) -> int:
     """What an upstream gate lets through as it closes: its burst, the largest frame the fabric
     carries (a 9000-byte MTU admits two RoCE frames), as testbed.ports sets it. A real MAC
     finishes one frame instead."""
-    return max(max_frame_bytes(mtu), MIN_BURST_BYTES)
+    return gate_burst_bytes(max_frame_bytes(mtu))
 
 
 def gate_leak_roce_bytes(mtu: int = DEFAULT_MTU) -> int:

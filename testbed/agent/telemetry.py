@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from functools import cached_property
 
 from testbed.agent.config import AgentConfig
 from testbed.agent.frames import released_bytes, tick_frame
@@ -44,10 +45,14 @@ class TelemetryMixin:
     _sent_seen: dict[tuple[int, int], int]  # each lossless queue's sent packets at last sample
     busy_until: float
 
+    @cached_property
+    def _lossless_majors(self) -> frozenset[int]:
+        """The lossless classes' gate handles (majors): what a resync tick reads."""
+        return frozenset(gate_major(tc) for tc in self.cfg.lossless)
+
     def _backlogs(self, lossless_only: bool = False) -> dict[int, dict[int, ClassStats]]:
         """Every port's classes (or its lossless classes alone), from one netlink dump."""
-        dump = self.reader.dump(frozenset(gate_major(tc) for tc in self.cfg.lossless)
-                                if lossless_only else None)
+        dump = self.reader.dump(self._lossless_majors if lossless_only else None)
         return {n: pr.gates.stats(dump) for n, pr in self.ports.items()}
 
     def tick(self, stats: dict[int, dict[int, ClassStats]] | None = None) -> None:
