@@ -40,6 +40,9 @@ MAX_PORTS = 510
 #: from 1, so with PFC on a switch can have ports 1..63 and no more (a shift by 64 is 0 in P4:
 #: port 64 could never be paused).
 MAX_PFC_PORTS = PFC_PORT_BITMAP_BITS - 1
+#: Every link's rate unless a scenario says otherwise (Mbit/s): what benchmarks/capacity.py
+#: proves both BMv2 builds carry with every fidelity check passing (README: How fast it runs).
+DEFAULT_LINK_MBPS = 15.0
 #: A watchdog port name: switch, colon, port number (e.g. leaf1:3).
 _SWITCH_PORT = re.compile(r"[a-z][a-z0-9]*:[0-9]+")
 
@@ -56,20 +59,12 @@ class FabricShape(_Strict):
         1, ge=1, le=16, description="Links between each spine and each leaf (all used by ECMP)."
     )
     host_link_mbps: float = Field(
-        10.0,
-        gt=0,
-        le=1000,
-        description=(
+        DEFAULT_LINK_MBPS, gt=0, le=1000, description=(
             "Host-to-leaf link rate in Mbit/s. Real counterpart: 100-400 Gbit/s NIC ports; the "
-            "emulation runs 10^4 times slower so that BMv2 on two cores keeps up."
-        ),
-    )
+            "emulation runs 10^4 times slower so that BMv2 on two cores keeps up."))
     fabric_link_mbps: float = Field(
-        10.0,
-        gt=0,
-        le=1000,
-        description="Leaf-to-spine link rate in Mbit/s (real: 100-800 Gbit/s).",
-    )
+        DEFAULT_LINK_MBPS, gt=0, le=1000,
+        description="Leaf-to-spine link rate in Mbit/s (real: 100-800 Gbit/s).")
     mtu: int = Field(
         9000,
         ge=1500,
@@ -224,7 +219,7 @@ class PfcConfig(_Strict):
         "2 x rate x link delay + 2 frames + rate x reaction time (SONiC's headroom formula).")
     pause_quanta: int = Field(
         PFC_MAX_QUANTA, ge=1, le=PFC_MAX_QUANTA, description="Quanta in each XOFF (512 bit "
-        "times each): 3.36 ms at 10G, 3.36 s at 10 Mbit/s.")
+        "times each): 3.36 ms at 10G, 2.24 s at 15 Mbit/s.")
     refresh_fraction: float = Field(
         0.5, gt=0, lt=1, description="Refresh XOFF after this fraction of its pause time.")
     link_delay_us: float = Field(
@@ -416,8 +411,8 @@ class FidelityConfig(_Strict):
     bmv2_lag_ms: float = Field(
         50.0, gt=0, description="A switch that holds a packet longer than this (its arrival to "
         "its egress pass) flags the run. What the hold does to the buffers is judged apart "
-        "(the phantom's shortfall, the buffer exceeded); this is about time: 50 ms is a quarter of "
-        "the DCQCN timers at 10 Mbit/s (55 us x 4000 = 220 ms) and half the watchdog's "
+        "(the phantom's shortfall, the buffer exceeded); this is about time: 50 ms is a third of "
+        "the DCQCN timers at 15 Mbit/s (55 us x 2667 = 147 ms) and half the watchdog's "
         "polling interval. A real switch holds a packet for microseconds.")
 
 

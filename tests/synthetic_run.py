@@ -128,7 +128,8 @@ def write_run(d: Path, with_summary: bool = True) -> Path:
     """The synthetic run's folder at ``d``; with_summary: summary.json too (no headline)."""
     d.mkdir(parents=True)
     cfg = FabricConfig.model_validate({"name": "synthetic", "fabric": {
-        "spines": 2, "leaves": 2, "hosts_per_leaf": 2}})
+        "spines": 2, "leaves": 2, "hosts_per_leaf": 2,
+        "host_link_mbps": 10, "fabric_link_mbps": 10}})
     (d / "topology.json").write_text(build_topology(cfg).to_json())
     (d / "scenario.json").write_text(json.dumps({"config": cfg.model_dump(mode="json"),
                                                  "flows": FLOWS}))

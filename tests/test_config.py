@@ -69,7 +69,8 @@ BAD_FILES = {
         ["fabric", "a leaf would have 64 ports", "64-bit map", "fewer hosts per leaf"]),
     # thresholds at the fabric's MTU
     "headroom too small at this MTU": (
-        "fabric: {mtu: 1500}\nqos: {pfc: {headroom_bytes: 20000}}",
+        "fabric: {mtu: 1500, host_link_mbps: 10, fabric_link_mbps: 10}\n"
+        "qos: {pfc: {headroom_bytes: 20000}}",
         ["qos.pfc.headroom_bytes", "fabric.mtu 1500", "at least 28796 bytes"]),
 }
 

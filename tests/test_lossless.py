@@ -26,7 +26,7 @@ from testbed.fabric import Fabric  # noqa: E402
 pytestmark = pytest.mark.bmv2
 
 INCAST_SENDERS = ["h3", "h4", "h5", "h6"]
-MSG, COUNT = 16384, 20  # 320 KB per sender, 1.3 MB into one 10 Mbit/s port
+MSG, COUNT = 16384, 20  # 320 KB per sender, 1.3 MB into one port
 INCAST_RUNS = 10
 #: Another process keeping one core busy (a user's browser, a build) for up to a minute.
 HOG = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass\n"
@@ -166,7 +166,7 @@ def test_host_pfc_pauses_its_leaf_port_for_the_quanta_and_xon_resumes(tmp_path: 
                                                   "hosts_per_leaf": 1}})
     with Fabric(cfg, build_topology(cfg), tmp_path) as fabric:
         h1 = fabric.host("h1")
-        quanta = 10_000  # 0.512 s at 10 Mbit/s
+        quanta = 10_000  # 0.34 s at 15 Mbit/s, the default
         send = ("import socket,sys; s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW); "
                 "s.bind(('h1-eth0',0)); s.send(bytes.fromhex(sys.argv[1]))")
         from traffic.packets import pfc_frame
@@ -185,9 +185,11 @@ def test_host_pfc_pauses_its_leaf_port_for_the_quanta_and_xon_resumes(tmp_path: 
     assert kinds[:4] == [(1, 3, "pause"), (1, 3, "expire"), (1, 3, "pause"),
                          (1, 3, "resume")], kinds
     held = ev[1].t_s - ev[0].t_s
-    assert held == pytest.approx(quanta * PFC_QUANTUM_BITS / 10e6, abs=0.03)
+    line_bps = cfg.fabric.host_link_mbps * 1e6
+    assert held == pytest.approx(quanta * PFC_QUANTUM_BITS / line_bps, abs=0.03)
     early = ev[3].t_s - ev[2].t_s
-    # XON (sent about 0.3 s plus a python start after the XOFF) ended a 3.36 s pause early
+    # XON (sent about 0.3 s plus a python start after the XOFF) ended a 65535-quanta pause
+    # (2.24 s at 15 Mbit/s) early
     assert early < 1.5, early
 
 

@@ -12,7 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.config import PFC_PORT_BITMAP_BITS, FabricConfig, PfcWatchdogConfig, QosConfig
+from testbed.config import (
+    DEFAULT_LINK_MBPS,
+    PFC_PORT_BITMAP_BITS,
+    FabricConfig,
+    PfcWatchdogConfig,
+    QosConfig,
+)
 from testbed.qos import (
     endpoint_args,
     gate_leak_bytes,
@@ -150,6 +156,7 @@ def test_headroom_and_thresholds_follow_the_mtu() -> None:
     small = required_headroom(q, 10.0, mtu=1500)
     assert small == 2 * 1098 + 25_000 + 1600  # two 1 KB RoCE frames, a 1600 B tbf burst
     assert queue_profiles(q, 10.0, mtu=1500)[3].xoff == 42000 + 2 * 1098
+    small = required_headroom(q, DEFAULT_LINK_MBPS, mtu=1500)  # at the fabric's own rate
     cfg = parse_config({"fabric": {"mtu": 1500}, "qos": {"pfc": {"headroom_bytes": small}}})
     assert cfg.qos.pfc.headroom_bytes == small  # enough at this MTU (not at 9000)
 
@@ -174,13 +181,14 @@ def test_switch_and_kernel_thresholds_use_the_fabric_mtu() -> None:
     xoffs = {params["xoff"] for _keys, (name, params) in
              (e for e in lossless_entries(Recorder(), topo.leaves[0], cfg) if e)
              if name.endswith("set_queue_profile") and params["pfc_enable"]}
-    assert xoffs == {queue_profiles(cfg.qos, 10.0, mtu=1500)[3].xoff}
-    assert xoffs != {queue_profiles(cfg.qos, 10.0)[3].xoff}
+    rate = cfg.fabric.host_link_mbps  # the default, the same on the fabric links
+    assert xoffs == {queue_profiles(cfg.qos, rate, mtu=1500)[3].xoff}
+    assert xoffs != {queue_profiles(cfg.qos, rate)[3].xoff}
 
     specs = port_specs(cfg, topo, "leaf1")
     assert {s.max_frame for s in specs} == {1514}
     # the kernel holds the lossless buffer plus the emulation's slack (2 ports: fan-in 1)
-    lossless = queue_profiles(cfg.qos, 10.0, fan_in=1, mtu=1500)[3].kernel_limit
+    lossless = queue_profiles(cfg.qos, rate, fan_in=1, mtu=1500)[3].kernel_limit
     assert {s.buffers[3] for s in specs} == {lossless}
 
 

@@ -158,5 +158,6 @@ def test_parse_config_refuses_each_impossible_threshold_by_name() -> None:
     assert names == ["qos.pfc.headroom_bytes", "qos.pfc.headroom_bytes", "qos.pfc.xoff_bytes",
                      "qos.pfc.xon_bytes"]  # the headroom at both tiers, 210000 > 200000
     with pytest.raises(ConfigError) as err:
-        parse_config({"qos": {"pfc": {"headroom_bytes": 42_354, "xoff_bytes": 160_000}}})
+        parse_config({"fabric": {"host_link_mbps": 10, "fabric_link_mbps": 10},
+                      "qos": {"pfc": {"headroom_bytes": 42_354, "xoff_bytes": 160_000}}})
     assert [p.split(":")[0] for p in err.value.problems] == ["qos.pfc.xoff_bytes"]

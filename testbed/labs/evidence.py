@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from testbed.config import DEFAULT_LINK_MBPS
 from testbed.constants import NUM_TCS
 from testbed.results import TelemetryRow, run_telemetry
 
@@ -101,7 +102,7 @@ class RunData:
         raise KeyError(name)
 
     def host_rate_bps(self) -> float:
-        return float(self.config.get("fabric", {}).get("host_link_mbps", 10.0)) * 1e6
+        return float(self.config.get("fabric", {}).get("host_link_mbps", DEFAULT_LINK_MBPS)) * 1e6
 
     def lossless(self) -> list[int]:
         return list(self.config.get("qos", {}).get("pfc_enable", []))
