@@ -5,7 +5,7 @@ show at best, and so how long the dcqcn-fairness scenarios must run.
 
 Run: .venv/bin/python benchmarks/dcqcn_model.py [--seconds 120] [--seeds 3] [--out benchmarks/out]
 
-The model: three senders join a 10 Mbit/s link 0, 1 and 2 s apart (as in the scenarios), each
+The model: three senders join a link of the default rate (15 Mbit/s) 0, 1 and 2 s apart (as in the scenarios), each
 sending 4 KB frames at its current rate RC; a FIFO drains at the link rate; a frame arriving at
 a queue above Kmin is marked with RED's probability (the testbed's default WRED profile); the
 receiver sends at most one CNP per QP per scaled CNP interval, and a CNP reaches the sender
@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.config import EcnProfile  # noqa: E402
+from testbed.config import DEFAULT_LINK_MBPS, EcnProfile  # noqa: E402
 from testbed.phenomena import jain_index  # noqa: E402
 from traffic.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint  # noqa: E402
 
-LINE_BPS = 10e6
+LINE_BPS = DEFAULT_LINK_MBPS * 1e6
 FRAME = 4096 + 78  # payload and RoCEv2 headers, as the endpoints send
 STARTS = (0.0, 1.0, 2.0)
 CNP_DELAY_S = 0.0002
@@ -112,8 +112,9 @@ def main() -> None:
     (args.out / "dcqcn_model.json").write_text(json.dumps(results, indent=1) + "\n")
     ends = [int(WINDOW_S * (i + 1)) for i in range(len(results["paper"][1]))]
     lines = ["# DCQCN alone: Jain's index over 5 s windows (benchmarks/dcqcn_model.py)", "",
-             "Three senders joining a 10 Mbit/s link 0, 1 and 2 s apart, the reaction points "
-             "of traffic/dcqcn.py over an ideal queue with the default RED marking.", "",
+             f"Three senders joining a {LINE_BPS / 1e6:g} Mbit/s link 0, 1 and 2 s apart, the "
+             "reaction points of traffic/dcqcn.py over an ideal queue with the default RED "
+             "marking.", "",
              "| profile | seed | first window >= 0.97 ends at (s) | " +
              " | ".join(f"{e} s" for e in ends if e % 10 == 0) + " |",
              "|---|---|---|" + "---|" * len([e for e in ends if e % 10 == 0])]

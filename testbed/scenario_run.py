@@ -230,6 +230,7 @@ def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> di
             s, d = src.get(str(a.requester_qpn), {}), dst.get(str(a.responder_qpn), {})
             qps.append({"qpn": a.requester_qpn, "bytes_acked": s.get("bytes_acked", 0),
                         "bytes_received": d.get("bytes", 0),
+                        "packets_sent": s.get("packets_sent", 0),
                         "retransmitted": s.get("retransmitted", 0), "naks": s.get("naks", 0),
                         "cnps_received": s.get("cnps_received", 0),
                         "complete": s.get("idle", False)})

@@ -21,6 +21,8 @@ BASE = {"fabric": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2}, "duration_s":
 def flow(name: str, src: str, dst: str, qpn: int, nbytes: int, **q) -> dict:
     return {name: {"src": src, "dst": dst, "bytes_received": nbytes,
                    "qps": [{"qpn": qpn, "bytes_acked": nbytes, "bytes_received": nbytes,
+                            "packets_sent": q.get("packets_sent", -(-nbytes // 4096)
+                                                  + q.get("retransmitted", 0)),
                             "retransmitted": q.get("retransmitted", 0), "naks": 0,
                             "cnps_received": q.get("cnps", 0), "complete": True}]}}
 

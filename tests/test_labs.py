@@ -310,6 +310,30 @@ def test_watchdog_checks(tmp_path: Path) -> None:
     assert not v["broken"].ok and "action: drop" in v["broken"].hint
 
 
+def test_a_deadlock_may_freeze_a_flow_before_its_first_byte(tmp_path: Path) -> None:
+    """Seen in a real run of lab 7's broken solution at 15 Mbit/s: the cycle froze before flow
+    d delivered a byte. The flow still sent packets, so the run is graded on the deadlock (the
+    hint names the action); a flow that sent nothing at all never ran."""
+    sc = {"fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 1},
+          "agent": {"pfc_watchdog": {"enabled": True, "action": "alert"}}}
+    det = {"switch": "leaf1", "port": 2, "tc": 3, "stalled_at_s": 1.0, "detected_at_s": 1.45,
+           "latency_s": 0.45, "restored_at_s": None}
+    stuck = [{"switch": "leaf1", "port": 2, "tc": 3, "backlog_bytes_min": 1, "pfc_frames": 1,
+              "window_s": 3}]
+    dl = {"deadlock": True, "stuck_after_stop": stuck, "window_s": [6, 9],
+          "watchdog_detections": [det]}
+    for variant, sent in (("sent", 40), ("silent", 0)):
+        flows = {**flow("a", "h1", "h3", 1, 500_000), **flow("d", "h3", "h1", 2, 0,
+                                                              packets_sent=sent)}
+        fake_run(tmp_path / variant, "lab07-watchdog", sc, flows, deadlock=dl)
+        v = {ln.spec.id: ln.verdict for ln in grade(find_lab(7), tmp_path, tmp_path / variant)}
+        if sent:
+            assert v["detected"].ok, v["detected"]
+            assert not v["broken"].ok and "action: drop" in v["broken"].hint, v["broken"]
+        else:
+            assert not v["broken"].ok and "flow(s) d moved almost no bytes" in v["broken"].reason
+
+
 def test_ecmp_checks(tmp_path: Path) -> None:
     def up(b3: int, b4: int) -> list[tuple]:
         return [("leaf1", "RoceEgress.tx_port_tc", 3 * 8 + 3, 1, b3),

@@ -24,7 +24,7 @@ def _stuck_names(dl: dict) -> str:
 def deadlock_formed(ctx: Context, run: RunData, min_queues: int = 2) -> Verdict:
     """The run froze: queues on the cycle stayed full after the senders stopped, sent nothing
     and kept receiving PFC (analysis.stuck_queues). A run with no such queue never passes."""
-    if (bad := moved(run, 0.001)) is not None:
+    if (bad := moved(run, 0.001, each=False)) is not None:
         return bad
     dl = _deadlock(run)
     stuck = dl.get("stuck_after_stop", [])
@@ -71,7 +71,7 @@ def _watchdog(run: RunData) -> dict:
 def watchdog_detected(ctx: Context, run: RunData, margin_ms: float = 300.0) -> Verdict:
     """The watchdog saw the stuck queues, each within detection_time + polling_interval (with
     ``margin_ms`` for a busy machine's late polls)."""
-    if (bad := moved(run, 0.001)) is not None:
+    if (bad := moved(run, 0.001, each=False)) is not None:
         return bad
     wd = _watchdog(run)
     if not wd.get("enabled"):
@@ -94,7 +94,7 @@ def watchdog_detected(ctx: Context, run: RunData, margin_ms: float = 300.0) -> V
 def watchdog_broke(ctx: Context, run: RunData) -> Verdict:
     """The watchdog broke the deadlock: with its drop action the cycle drains, and nothing is
     stuck after the senders stop (the flows' bytes arrived or were dropped)."""
-    if (bad := moved(run, 0.001)) is not None:
+    if (bad := moved(run, 0.001, each=False)) is not None:
         return bad
     wd, dl = _watchdog(run), _deadlock(run)
     if not wd.get("enabled"):

@@ -53,13 +53,20 @@ def check(name: str) -> Callable[[Check], Check]:
     return register
 
 
+def _sent(qps: list[dict]) -> int:
+    """Data packets the flow's requesters sent, resends included (a run from before the
+    summary had packets_sent: its resends alone)."""
+    return sum(int(q.get("packets_sent", q.get("retransmitted", 0))) for q in qps)
+
+
 def moved(run: RunData, min_fraction: float = 0.05, each: bool = True) -> Verdict | None:
     """A failure when the run's flows carried (almost) nothing: no phenomenon can be graded on
     a run without traffic. ``min_fraction``: of what the senders' links could carry.
 
-    ``each=False`` asks it of the flows together, and of each flow only that it sent something:
+    ``each=False`` asks it of the flows together, and of each flow only that it sent packets:
     for a lossy run, where Go-Back-N and its timeouts can starve one flow almost completely,
-    and that starvation is part of what the run shows, not a sign that the flow never ran."""
+    and for a deadlock, which can freeze a flow before its first packet arrives; that
+    starvation is part of what the run shows, not a sign that the flow never ran."""
     flows = run.flow_bytes()
     if not flows:
         return failed("the run had no flows", "add the flows the lab sheet asks for")
@@ -68,8 +75,7 @@ def moved(run: RunData, min_fraction: float = 0.05, each: bool = True) -> Verdic
     if each:
         idle = [n for n, b in flows.items() if b < floor]
     else:
-        idle = [n for n, b in flows.items()
-                if b == 0 and not sum(int(q.get("retransmitted", 0)) for q in run.qps(n))]
+        idle = [n for n, b in flows.items() if b == 0 and not _sent(run.qps(n))]
         if not idle and sum(flows.values()) < floor:
             idle = list(flows)
     if idle:
