@@ -5,11 +5,12 @@ show at best, and so how long the dcqcn-fairness scenarios must run.
 
 Run: .venv/bin/python benchmarks/dcqcn_model.py [--seconds 120] [--seeds 3] [--out benchmarks/out]
 
-The model: three senders join a link of the default rate (15 Mbit/s) 0, 1 and 2 s apart (as in the scenarios), each
-sending 4 KB frames at its current rate RC; a FIFO drains at the link rate; a frame arriving at
-a queue above Kmin is marked with RED's probability (the testbed's default WRED profile); the
-receiver sends at most one CNP per QP per scaled CNP interval, and a CNP reaches the sender
-0.2 ms after the marked frame leaves the queue. Pure Python, no root. Writes
+The model: three senders join a link of the default rate (10 Mbit/s) 0, 1 and 2 s apart (as
+in the scenarios), each sending 4 KB frames at its current rate RC; a FIFO drains at the link
+rate; a frame arriving at a queue above Kmin is marked with RED's probability (the testbed's
+default WRED profile); the receiver sends at most one CNP per QP per scaled CNP interval, and a
+CNP reaches the sender 0.2 ms after the marked frame leaves the queue. Pure Python, no root.
+Writes
 dcqcn_model.json and dcqcn_model.md: Jain's index over each 5 s window, per profile and seed,
 and when it first passes 0.97.
 """

@@ -57,7 +57,7 @@ class AgentPool:
                             max_frame_bytes(self.topo.mtu), a.pfc_watchdog,
                             self.runtime_dir / f"{sw.name}.pfcwd.json",
                             self.cfg.switch.thrift_port, self.t0, a.nice,
-                            a.resync_period_ms / 1000)
+                            a.resync_period_ms / 1000, a.realtime_priority)
 
     @property
     def running(self) -> bool:

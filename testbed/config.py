@@ -40,9 +40,10 @@ MAX_PORTS = 510
 #: from 1, so with PFC on a switch can have ports 1..63 and no more (a shift by 64 is 0 in P4:
 #: port 64 could never be paused).
 MAX_PFC_PORTS = PFC_PORT_BITMAP_BITS - 1
-#: Every link's rate unless a scenario says otherwise (Mbit/s): what benchmarks/capacity.py
-#: proves both BMv2 builds carry with every fidelity check passing (README: How fast it runs).
-DEFAULT_LINK_MBPS = 15.0
+#: Every link's rate unless a scenario says otherwise (Mbit/s): what both BMv2 builds carry on
+#: two cores with every fidelity check passing, on every shipped scenario (README: How fast it
+#: goes; the all-to-all deadlock runs are the heaviest).
+DEFAULT_LINK_MBPS = 10.0
 #: A watchdog port name: switch, colon, port number (e.g. leaf1:3).
 _SWITCH_PORT = re.compile(r"[a-z][a-z0-9]*:[0-9]+")
 
@@ -219,7 +220,7 @@ class PfcConfig(_Strict):
         "2 x rate x link delay + 2 frames + rate x reaction time (SONiC's headroom formula).")
     pause_quanta: int = Field(
         PFC_MAX_QUANTA, ge=1, le=PFC_MAX_QUANTA, description="Quanta in each XOFF (512 bit "
-        "times each): 3.36 ms at 10G, 2.24 s at 15 Mbit/s.")
+        "times each): 3.36 ms at 10G, 3.36 s at 10 Mbit/s.")
     refresh_fraction: float = Field(
         0.5, gt=0, lt=1, description="Refresh XOFF after this fraction of its pause time.")
     link_delay_us: float = Field(
@@ -394,6 +395,10 @@ class AgentConfig(_Strict):
         -10, ge=-20, le=19, description="Scheduling priority of each switch agent (nice). The "
         "agent is the switch's MAC for PFC (it closes the gates): first to run, so that its "
         "reaction stays within qos.pfc.reaction_ms when the cores are saturated.")
+    realtime_priority: int = Field(10, ge=0, le=99, description="SCHED_FIFO priority of each "
+        "switch agent, 0 for none (nice alone). A real MAC answers PFC in hardware; real-time, "
+        "the agent preempts the BMv2 and host processes that saturate the cores the moment a "
+        "PFC frame arrives. Where the kernel refuses it, the agent says so and runs on nice.")
     pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)
 
 
@@ -411,8 +416,8 @@ class FidelityConfig(_Strict):
     bmv2_lag_ms: float = Field(
         50.0, gt=0, description="A switch that holds a packet longer than this (its arrival to "
         "its egress pass) flags the run. What the hold does to the buffers is judged apart "
-        "(the phantom's shortfall, the buffer exceeded); this is about time: 50 ms is a third of "
-        "the DCQCN timers at 15 Mbit/s (55 us x 2667 = 147 ms) and half the watchdog's "
+        "(the phantom's shortfall, the buffer exceeded); this is about time: 50 ms is a quarter of "
+        "the DCQCN timers at 10 Mbit/s (55 us x 4000 = 220 ms) and half the watchdog's "
         "polling interval. A real switch holds a packet for microseconds.")
 
 

@@ -21,7 +21,7 @@ from testbed.measure import fabric_counters, hidden_loss, kernel_drops
 from testbed.topology import build_topology
 from traffic.flows import FlowRunner, FlowSpec
 
-#: Bytes each case pushes into its receiver: about 0.85 s of a 15 Mbit/s link, enough for every
+#: Bytes each case pushes into its receiver: about 1.3 s of a 10 Mbit/s link, enough for every
 #: queue on the way to cross XOFF many times over, short enough for 20 cases in minutes.
 BYTES_PER_CASE = 1_600_000
 MESSAGE_SIZES = (4096, 8192, 16384, 65536)

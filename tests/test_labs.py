@@ -311,7 +311,7 @@ def test_watchdog_checks(tmp_path: Path) -> None:
 
 
 def test_a_deadlock_may_freeze_a_flow_before_its_first_byte(tmp_path: Path) -> None:
-    """Seen in a real run of lab 7's broken solution at 15 Mbit/s: the cycle froze before flow
+    """Seen in a real run of lab 7's broken solution at 15 Mbit/s links: the cycle froze before flow
     d delivered a byte. The flow still sent packets, so the run is graded on the deadlock (the
     hint names the action); a flow that sent nothing at all never ran."""
     sc = {"fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 1},

@@ -166,7 +166,7 @@ def test_host_pfc_pauses_its_leaf_port_for_the_quanta_and_xon_resumes(tmp_path: 
                                                   "hosts_per_leaf": 1}})
     with Fabric(cfg, build_topology(cfg), tmp_path) as fabric:
         h1 = fabric.host("h1")
-        quanta = 10_000  # 0.34 s at 15 Mbit/s, the default
+        quanta = 10_000  # 0.512 s at 10 Mbit/s, the default
         send = ("import socket,sys; s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW); "
                 "s.bind(('h1-eth0',0)); s.send(bytes.fromhex(sys.argv[1]))")
         from traffic.packets import pfc_frame
@@ -189,7 +189,7 @@ def test_host_pfc_pauses_its_leaf_port_for_the_quanta_and_xon_resumes(tmp_path: 
     assert held == pytest.approx(quanta * PFC_QUANTUM_BITS / line_bps, abs=0.03)
     early = ev[3].t_s - ev[2].t_s
     # XON (sent about 0.3 s plus a python start after the XOFF) ended a 65535-quanta pause
-    # (2.24 s at 15 Mbit/s) early
+    # (3.36 s at 10 Mbit/s) early
     assert early < 1.5, early
 
 

@@ -225,8 +225,8 @@ def test_fabric_config_models_check_rules_across_sections() -> None:
 
 
 def test_the_agent_settings_reach_each_switch_agent(tmp_path: Path) -> None:
-    """agent.tick_period_ms, sample_period_ms, resync_period_ms and nice, as each agent's
-    config file carries them (the agent reads nothing else)."""
+    """agent.tick_period_ms, sample_period_ms, resync_period_ms, nice and realtime_priority, as
+    each agent's config file carries them (the agent reads nothing else)."""
     import json
 
     from testbed.agent.config import AgentConfig
@@ -234,10 +234,11 @@ def test_the_agent_settings_reach_each_switch_agent(tmp_path: Path) -> None:
     from testbed.state import RunState
 
     cfg = FabricConfig.model_validate({"agent": {"tick_period_ms": 5, "sample_period_ms": 200,
-                                                 "resync_period_ms": 20, "nice": -5}})
+                                                 "resync_period_ms": 20, "nice": -5,
+                                                 "realtime_priority": 7}})
     pool = AgentPool(cfg, build_topology(cfg), tmp_path, tmp_path, RunState("t"), 0.0)
     path = tmp_path / "leaf1.agent.json"
     path.write_text(json.dumps(pool.config("leaf1")))
     agent = AgentConfig.load(path)
-    assert (agent.tick_period_s, agent.sample_period_s, agent.resync_period_s, agent.nice) == \
-        (0.005, 0.2, 0.02, -5)
+    assert (agent.tick_period_s, agent.sample_period_s, agent.resync_period_s, agent.nice,
+            agent.realtime_priority) == (0.005, 0.2, 0.02, -5, 7)

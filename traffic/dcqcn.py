@@ -4,9 +4,8 @@ The state machine takes ``now`` (seconds) as an argument and never reads a clock
 drive it through exact sequences. Two parameter profiles (:data:`PROFILES`): ``paper``, [Z15]'s
 at 40 Gbit/s, and ``connectx``, the defaults NVIDIA ConnectX-4 and later NICs ship with. Either
 is scaled to the emulated link by ``scale = 40 Gbit/s / link rate``: times are multiplied by it,
-rates divided, byte counts kept (a byte count is a rate times a time). At 15 Mbit/s (the default
-link), scale = 2667: the paper's 55 us timers become 147 ms and its 40 Mbit/s additive step
-15 kbit/s.
+rates divided, byte counts kept (a byte count is a rate times a time). At 10 Mbit/s, scale =
+4000: the paper's 55 us timers become 220 ms and its 40 Mbit/s additive step 10 kbit/s.
 """
 
 from __future__ import annotations

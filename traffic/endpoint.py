@@ -378,8 +378,8 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         """The event loop: select() on the raw socket and the control sockets, never a spin.
 
         select() rather than epoll: its timeout has microsecond resolution where epoll's has a
-        millisecond's, and line-rate pacing needs the finer one (a 1 KiB frame lasts 0.55 ms at
-        15 Mbit/s); with a handful of sockets the two cost the same per wake-up.
+        millisecond's, and line-rate pacing needs the finer one (a 1 KiB frame lasts 0.8 ms at
+        10 Mbit/s); with a handful of sockets the two cost the same per wake-up.
         """
         raw, ctl = self.raw, self.ctl
         socks = [raw, ctl]

@@ -138,8 +138,15 @@ def main() -> None:
         print("usage: python -m testbed.agent CONFIG.json", file=sys.stderr)
         sys.exit(2)
     cfg = AgentConfig.load(sys.argv[1])
-    if cfg.nice:  # before the tc batch process starts, so that it inherits the priority
+    # before the tc batch process and the register reader start, so that they inherit both
+    if cfg.nice:
         os.setpriority(os.PRIO_PROCESS, 0, cfg.nice)
+    if cfg.realtime_priority:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.realtime_priority))
+        except OSError as e:  # a container without CAP_SYS_NICE, or no real-time budget
+            print(f"agent {cfg.switch}: no real-time priority ({e.strerror}); running at nice "
+                  f"{cfg.nice} (agent.realtime_priority)", flush=True)
     agent = SwitchAgent(cfg)
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
     try:
