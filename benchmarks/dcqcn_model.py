@@ -10,9 +10,8 @@ in the scenarios), each sending 4 KB frames at its current rate RC; a FIFO drain
 rate; a frame arriving at a queue above Kmin is marked with RED's probability (the testbed's
 default WRED profile); the receiver sends at most one CNP per QP per scaled CNP interval, and a
 CNP reaches the sender 0.2 ms after the marked frame leaves the queue. Pure Python, no root.
-Writes
-dcqcn_model.json and dcqcn_model.md: Jain's index over each 5 s window, per profile and seed,
-and when it first passes 0.97.
+Writes dcqcn_model.json and dcqcn_model.md: Jain's index over each 5 s window, per profile and
+seed, and when it first passes 0.97.
 """
 
 from __future__ import annotations
