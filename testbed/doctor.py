@@ -6,6 +6,7 @@ import importlib
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 
@@ -68,6 +69,20 @@ def probe_qdiscs() -> dict[str, bool]:
     return found
 
 
+def probe_realtime() -> Check:
+    """Whether a process may take SCHED_FIFO, as each switch agent asks (agent.realtime_priority);
+    tried in a child, so that this process keeps its own scheduling."""
+    r = subprocess.run([sys.executable, "-c", "import os; os.sched_setscheduler(0, "
+                        "os.SCHED_FIFO, os.sched_param(1))"], capture_output=True, text=True)
+    ok = r.returncode == 0
+    return Check("real-time scheduling", ok, "SCHED_FIFO allowed" if ok else
+                 (r.stderr.strip().splitlines() or ["refused"])[-1],
+                 "" if ok else "the switch agents run at agent.nice instead, and under saturated "
+                 "cores their PFC reaction can exceed qos.pfc.reaction_ms (the run says so); in a "
+                 "container, allow real-time scheduling (docker run --cap-add SYS_NICE "
+                 "--cpu-rt-runtime 950000)", required=False)
+
+
 def run_checks() -> list[Check]:
     apt = "sudo apt-get install -y"
     checks = [Check("root", os.geteuid() == 0, f"uid {os.geteuid()}",
@@ -99,6 +114,8 @@ def run_checks() -> list[Check]:
                                 "" if ok else f"load or install the kernel module sch_{name} "
                                 "(Debian/Ubuntu: linux-modules-extra for your kernel)",
                                 required=name in REQUIRED_QDISCS))
+    if os.geteuid() == 0:
+        checks.append(probe_realtime())
     for mod in PY_MODULES:
         try:
             importlib.import_module(mod)

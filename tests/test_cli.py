@@ -60,7 +60,7 @@ def test_topology_prints_resolved_json() -> None:
 def test_doctor_lists_every_check() -> None:
     r = run("doctor")
     for name in ("root", "mininet", "simple_switch_grpc", "p4c-bm2-ss", "qdisc htb",
-                 "qdisc tbf", "python scapy"):
+                 "qdisc tbf", "python scapy", "real-time scheduling"):
         assert name in r.stdout, r.stdout
     assert r.returncode in (0, 1)
 

@@ -253,3 +253,33 @@ def test_management_is_unreachable_off_the_switch(tmp_path: Path) -> None:
         # no IPv6 link-local on switch ports, so nothing is reachable over them either
         assert "inet6" not in leaf.cmd("ip -6 addr show")
         assert Path(str(RUNTIME_DIR / cfg.name / "leaf1.grpc")).is_socket()
+
+
+def _sched(pid: int) -> tuple[int, int, int]:
+    """(policy, real-time priority, nice) of a process and its threads' leader."""
+    return (os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority,
+            os.getpriority(os.PRIO_PROCESS, pid))
+
+
+def test_agents_run_real_time_and_their_tc_with_them(tmp_path: Path) -> None:
+    """agent.realtime_priority reaches each switch agent and the tc it changes gates with
+    (SCHED_FIFO: a PFC frame preempts the BMv2 and host processes that fill the cores); 0
+    leaves them at agent.nice."""
+    import psutil
+
+    for rt, expected in ((10, (os.SCHED_FIFO, 10)), (0, (os.SCHED_OTHER, 0))):
+        cfg = FabricConfig.model_validate({"name": f"rt{rt}", "fabric": {
+            "spines": 1, "leaves": 2, "hosts_per_leaf": 1},
+            "agent": {"realtime_priority": rt, "nice": -7}})
+        with Fabric(cfg, build_topology(cfg), tmp_path / str(rt)) as fabric:
+            procs = fabric.agent_pool.procs
+            assert len(procs) == 3
+            for p in procs:
+                agent = psutil.Process(p.pid)
+                tcs = [c for c in agent.children(recursive=True) if c.name() == "tc"]
+                assert tcs, "the agent's tc batch is not running"
+                for pid in (agent.pid, *(t.id for t in agent.threads()), *(c.pid for c in tcs)):
+                    policy, prio, nice = _sched(pid)
+                    assert (policy, prio) == expected, (rt, pid, policy, prio)
+                    if not rt:
+                        assert nice == -7, (pid, nice)
