@@ -102,10 +102,14 @@ def forwarding_pps(plain: bool, n: int = 6000, size: int = 512, build: str = "au
     return int(got) / float(t)
 
 
-def fabric_measures(seconds: float = 5.0, build: str = "auto") -> dict:
+def fabric_measures(seconds: float = 5.0, build: str = "auto", agent: dict | None = None,
+                    rate_mbps: float | None = None) -> dict:
+    """``agent``: agent settings over the defaults; ``rate_mbps``: every link's rate."""
+    rates = {"host_link_mbps": rate_mbps, "fabric_link_mbps": rate_mbps} if rate_mbps else {}
     cfg = FabricConfig.model_validate({"name": "bench-lossless", "switch": {"build": build},
-                                       "fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 2},
-                                       "qos": {"ecn": {}}})
+                                       "fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 2,
+                                                  **rates},
+                                       "qos": {"ecn": {}}, "agent": agent or {}})
     topo = build_topology(cfg)
     with tempfile.TemporaryDirectory() as tmp, Fabric(cfg, topo, Path(tmp)) as fabric:
         agents = [psutil.Process(p.pid) for p in fabric.agent_pool.procs]
