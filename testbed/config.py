@@ -40,9 +40,9 @@ MAX_PORTS = 510
 #: from 1, so with PFC on a switch can have ports 1..63 and no more (a shift by 64 is 0 in P4:
 #: port 64 could never be paused).
 MAX_PFC_PORTS = PFC_PORT_BITMAP_BITS - 1
-#: Every link's rate unless a scenario says otherwise (Mbit/s): what both BMv2 builds carry on
-#: two cores with every fidelity check passing, on every shipped scenario (README: How fast it
-#: goes; the all-to-all deadlock runs are the heaviest).
+#: Every link's rate unless a scenario says otherwise (Mbit/s). The incasts run faithfully
+#: faster (17.5-40, benchmarks/capacity.py); the shipped runs that load every link at once, the
+#: deadlock runs, are at the edge here on two cores (benchmarks/scenario_rates.py).
 DEFAULT_LINK_MBPS = 10.0
 #: A watchdog port name: switch, colon, port number (e.g. leaf1:3).
 _SWITCH_PORT = re.compile(r"[a-z][a-z0-9]*:[0-9]+")

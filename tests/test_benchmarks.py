@@ -38,3 +38,19 @@ def test_the_table_puts_the_earlier_runs_capacity_on_every_check_beside_this_one
     assert f"| {shape} | {frames} | 10 Mbit/s | 17.5 Mbit/s |" in md
     assert "| 6:1 on 2x4x2 | 4 KB frames | not run | not run |" in md
     assert "| default | 5000 / 8000 (0.625) | 6.0% / 25.0% of a core | - us |" in md
+
+
+def test_scenario_rates_counts_faithful_runs_and_spans_the_guards_figures() -> None:
+    import scenario_rates
+
+    def run(name: str, rate: float, ok: bool, lag: int | None) -> dict:
+        return {"scenario": name, "rate_mbps": rate, "faithful": ok, "bmv2_lag_ms": lag,
+                "phantom_below_kb": None, "agent_reaction_ms": None}
+
+    md = scenario_rates.markdown([run("dl", 15.0, False, 73), run("dl", 10.0, True, None),
+                                  run("dl", 15.0, False, 165), run("dl", 10.0, False, 59),
+                                  run("in", 10.0, True, None)])
+    rows = [ln for ln in md.splitlines() if ln.startswith("| dl") or ln.startswith("| in")]
+    assert rows == ["| dl | 10 Mbit/s | 1 of 2 | 59 | - | - |",
+                    "| dl | 15 Mbit/s | 0 of 2 | 73-165 | - | - |",
+                    "| in | 10 Mbit/s | 1 of 1 | - | - | - |"]

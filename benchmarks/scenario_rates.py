@@ -1,0 +1,100 @@
+"""Which link rate a shipped scenario still runs faithfully at: each scenario of ``--scenarios``
+runs ``--runs`` times at each rate of ``--rates`` (every link set to it, nothing else changed),
+interleaved, and the fidelity guard's verdict (testbed.fidelity) is counted. The capacity
+benchmark's incasts carry one link's worth of packets however many senders they have; the
+scenarios that load every link at once (the deadlock runs: four hosts sending to each other
+over 32 QPs) are what hold the default link rate (README: How fast it goes).
+
+Run as root: sudo .venv/bin/python benchmarks/scenario_rates.py [--scenarios deadlock-control]
+[--rates 10,15] [--runs 3]. Writes scenario_rates.json and scenario_rates.md to benchmarks/out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from testbed.scenario import parse_scenario  # noqa: E402
+from testbed.scenario_run import run_scenario  # noqa: E402
+from testbed.state import fabric_lock  # noqa: E402
+
+#: The fidelity guard's reasons, and the figure each quotes (testbed.fidelity's wording).
+FIGURES = {"bmv2_lag_ms": (r"held a lossless packet (\d+) us", 1e-3),
+           "phantom_below_kb": (r"stood (\d+) bytes below", 1e-3),
+           "agent_reaction_ms": (r"took (\d+) us to apply", 1e-3)}
+
+
+def one_run(name: str, rate: float) -> dict:
+    data = yaml.safe_load((REPO / "scenarios" / f"{name}.yaml").read_text())
+    data.setdefault("fabric", {}).update(host_link_mbps=rate, fabric_link_mbps=rate)
+    with tempfile.TemporaryDirectory() as tmp, fabric_lock():
+        res = run_scenario(parse_scenario(data, name), Path(tmp), progress=lambda _m: None)
+        summary = json.loads((res.results_dir / "summary.json").read_text())
+    fid = summary.get("fidelity") or {}
+    text = " ".join(fid.get("reasons", []))
+    figs = {k: (round(int(m.group(1)) * scale) if (m := re.search(rx, text)) else None)
+            for k, (rx, scale) in FIGURES.items()}
+    return {"scenario": name, "rate_mbps": rate, "faithful": bool(fid.get("ok")),
+            "reasons": fid.get("reasons", []), "watchdog_events": len(summary["watchdog_events"]),
+            **figs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenarios", default="deadlock-control")
+    ap.add_argument("--rates", default="10,15")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
+    ap.add_argument("--redraw", type=Path, help="no runs: write the table of a saved "
+                    "scenario_rates.json")
+    args = ap.parse_args()
+    if args.redraw:
+        runs = json.loads(args.redraw.read_text())
+    else:
+        names, rates = args.scenarios.split(","), [float(r) for r in args.rates.split(",")]
+        runs = []
+        for i in range(args.runs):
+            for name in names:
+                for rate in rates if i % 2 == 0 else rates[::-1]:  # alternate the order
+                    runs.append(one_run(name, rate))
+                    print(json.dumps(runs[-1]), flush=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "scenario_rates.json").write_text(json.dumps(runs, indent=1) + "\n")
+    md = markdown(runs)
+    (args.out / "scenario_rates.md").write_text(md)
+    print(md)
+
+
+def markdown(runs: list[dict]) -> str:
+    """One row per scenario and rate, in the order they first ran."""
+    lines = ["| scenario | link rate | faithful runs | BMv2's longest hold (ms) | phantom below "
+             "the queue (KB) | agent reaction over budget (ms) |", "|---|---|---|---|---|---|"]
+
+    def span(rs: list[dict], key: str) -> str:
+        xs = [r[key] for r in rs if r[key] is not None]
+        if not xs:
+            return "-"
+        return f"{min(xs)}" if min(xs) == max(xs) else f"{min(xs)}-{max(xs)}"
+
+    for name in dict.fromkeys(r["scenario"] for r in runs):
+        for rate in sorted({r["rate_mbps"] for r in runs if r["scenario"] == name}):
+            rs = [r for r in runs if r["scenario"] == name and r["rate_mbps"] == rate]
+            lines.append(f"| {name} | {rate:g} Mbit/s | {sum(r['faithful'] for r in rs)} of "
+                         f"{len(rs)} | {span(rs, 'bmv2_lag_ms')} | "
+                         f"{span(rs, 'phantom_below_kb')} | {span(rs, 'agent_reaction_ms')} |")
+    return ("Each run's fidelity verdict (testbed.fidelity); the figures are those the guard "
+            "quotes when it flags a run (the limits: fidelity.bmv2_lag_ms, the headroom, "
+            "qos.pfc.reaction_ms).\n\n" + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
