@@ -300,3 +300,44 @@ def test_watchdog_alert_only_logs(tmp_path: Path) -> None:
     assert r["gate_during"] == "1Kbit"  # still paused
     # 5 queued: the closing gate lets its burst (two 4 KB frames) go, 3 stay held
     assert r["during"]["qlen"] >= 3 and r["during"]["drops"] == 0
+
+
+PFC_SOCKET_PROBE = """
+import json, socket, sys, time
+from testbed.agent.frames import pfc_socket, receive
+s = pfc_socket("p1")
+s.setblocking(False)
+print("ready", flush=True)
+sys.stdin.readline()  # the frames are sent
+time.sleep(0.3)
+print(json.dumps([[d.hex(), out] for d, _t, out in receive(s)]), flush=True)
+"""
+
+
+def test_the_pfc_socket_sees_its_own_port_both_ways_and_pfc_alone() -> None:
+    """A port's PFC socket (testbed.agent.frames.pfc_socket) gets the PFC frames its port
+    receives and sends, and nothing else: not a data frame, not another port's PFC frame."""
+    ns = f"rtp{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for a, b in (("p1", "q1"), ("p2", "q2")):
+            sh(ns, "link", "add", "dev", a, "type", "veth", "peer", "name", b)
+            for i in (a, b):
+                sh(ns, "link", "set", "dev", i, "up")
+        probe = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c",
+                                  PFC_SOCKET_PROBE], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True,
+                                 cwd=Path(__file__).parent.parent)
+        assert probe.stdout.readline().strip() == "ready"
+        rx = pfc_frame("02:00:00:00:00:01", {3: 100})
+        tx = pfc_frame("02:00:00:00:00:02", {3: 0})
+        other = pfc_frame("02:00:00:00:00:03", {4: 200})
+        data = bytes.fromhex("02000000000102000000000208004500") + bytes(50)
+        send_from_peer(ns, [rx, data], intf="q1")  # arrives on p1
+        send_from_peer(ns, [tx], intf="p1")  # p1 sends it
+        send_from_peer(ns, [other], intf="q2")  # arrives on p2
+        out, _ = probe.communicate("sent\n", timeout=20)
+        got = json.loads(out.strip().splitlines()[-1])
+        assert got == [[rx.hex(), False], [tx.hex(), True]], got
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])

@@ -128,7 +128,9 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
 
     # -- sockets ------------------------------------------------------------------------
     def _open_sockets(self) -> None:
-        self.raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # no protocol until bind, as testbed.agent.frames.pfc_socket opens its own: bound to
+        # the NIC at once, with no wait for the kernel to unhook it from every other interface
+        self.raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         # A NIC's buffers: deep enough to ride out a few tens of ms without the CPU. The
         # FORCE options pass net.core.rmem_max/wmem_max, which would cap them at 208 KB (root).
         for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF),
@@ -137,7 +139,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
                 self.raw.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER_BYTES)
             except OSError:
                 self.raw.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER_BYTES)
-        self.raw.bind((self.cfg.intf, 0))
+        self.raw.bind((self.cfg.intf, ETH_P_ALL))
         # Without our own frames coming back, recv() serves: recvfrom() would cost an extra
         # ioctl per frame (CPython looks up the interface name for the address it returns).
         self._ignore_outgoing = True

