@@ -395,10 +395,10 @@ class AgentConfig(_Strict):
         -10, ge=-20, le=19, description="Scheduling priority of each switch agent (nice). The "
         "agent is the switch's MAC for PFC (it closes the gates): first to run, so that its "
         "reaction stays within qos.pfc.reaction_ms when the cores are saturated.")
-    realtime_priority: int = Field(10, ge=0, le=99, description="SCHED_FIFO priority of each "
-        "switch agent, 0 for none (nice alone). A real MAC answers PFC in hardware; real-time, "
-        "the agent preempts the BMv2 and host processes that saturate the cores the moment a "
-        "PFC frame arrives. Where the kernel refuses it, the agent says so and runs on nice.")
+    realtime_priority: int = Field(0, ge=0, le=99, description="SCHED_FIFO priority of each "
+        "switch agent, 0 for none (nice alone). Real-time, a PFC frame preempts BMv2 and the "
+        "hosts, as a MAC answers it in hardware: for faster links (10 at 15 Mbit/s halved the "
+        "flagged runs); at 10 Mbit/s it costs big fabrics BMv2's time (README: How fast it goes).")
     pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)
 
 

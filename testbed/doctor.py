@@ -77,10 +77,9 @@ def probe_realtime() -> Check:
     ok = r.returncode == 0
     return Check("real-time scheduling", ok, "SCHED_FIFO allowed" if ok else
                  (r.stderr.strip().splitlines() or ["refused"])[-1],
-                 "" if ok else "the switch agents run at agent.nice instead, and under saturated "
-                 "cores their PFC reaction can exceed qos.pfc.reaction_ms (the run says so); in a "
-                 "container, allow real-time scheduling (docker run --cap-add SYS_NICE "
-                 "--cpu-rt-runtime 950000)", required=False)
+                 "" if ok else "agent.realtime_priority cannot take effect: the switch agents run "
+                 "at agent.nice; in a container, allow real-time scheduling (docker run "
+                 "--cap-add SYS_NICE --cpu-rt-runtime 950000)", required=False)
 
 
 def run_checks() -> list[Check]:
