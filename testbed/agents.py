@@ -1,8 +1,14 @@
-"""The switch agents of a fabric: one `python -m testbed.agent` per switch, in its namespace.
+"""The switch agents of a fabric: one `python -m testbed.agent` process serving every switch
+(agent.one_process, the default), or one per switch inside its namespace.
 
 :class:`AgentPool` writes each agent's config file (its ports, their class buffers, the tick
-port, the watchdog), starts the agents, waits until each has opened its sockets and its
-event log, and stops them.
+port, the watchdog, the switch's namespace), starts the agents, waits until each has opened
+its sockets and its event log, and stops them.
+
+Why one process: on two cores, six agents meant six interpreters waking on their own timers
+and six copies of the same code in memory; one process wakes once for every switch whose timer
+is due, and its sockets, opened inside each switch's namespace, keep working from outside
+(testbed.agent.netns).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ class AgentPool:
     def config_path(self, switch: str) -> Path:
         return self.runtime_dir / f"{switch}.agent.json"
 
-    def config(self, switch: str) -> dict:
+    def config(self, switch: str, netns: str | None = None) -> dict:
         """What the agent of ``switch`` is told (testbed.agent.AgentConfig, as a dict)."""
         sw = self.topo.switch(switch)
         a = self.cfg.agent
@@ -57,34 +63,53 @@ class AgentPool:
                             max_frame_bytes(self.topo.mtu), a.pfc_watchdog,
                             self.runtime_dir / f"{sw.name}.pfcwd.json",
                             self.cfg.switch.thrift_port, self.t0, a.nice,
-                            a.resync_period_ms / 1000, a.realtime_priority)
+                            a.resync_period_ms / 1000, a.realtime_priority, netns)
 
     @property
     def running(self) -> bool:
         return bool(self.procs)
 
+    def log_path(self, switch: str | None = None) -> Path:
+        """Where an agent's output goes: ``agents.log`` for the one process, else per switch."""
+        return self.out / (f"{switch}.agent.log" if switch else "agents.log")
+
     def start(self, net) -> None:
-        """Write each agent's config, start it in its switch's namespace (``net.get(switch)``
-        must have Mininet's ``popen``), then wait until every agent is ready."""
+        """Write each agent's config, start the agents (``net.get(switch)`` must have Mininet's
+        ``pid`` and ``popen``), then wait until every agent is ready."""
         self.out.mkdir(parents=True, exist_ok=True)
+        one = self.cfg.agent.one_process
+        paths = []
         for sw in self.topo.switches:
             path = self.config_path(sw.name)
-            path.write_text(json.dumps(self.config(sw.name)))
-            with open(self.out / f"{sw.name}.agent.log", "w") as log:
-                p = net.get(sw.name).popen([sys.executable, "-m", "testbed.agent", str(path)],
-                                           stdout=log, stderr=subprocess.STDOUT)
+            node = net.get(sw.name)
+            netns = f"/proc/{node.pid}/ns/net" if one else None
+            path.write_text(json.dumps(self.config(sw.name, netns)))
+            paths.append(str(path))
+            if not one:
+                with open(self.log_path(sw.name), "w") as log:
+                    p = node.popen([sys.executable, "-m", "testbed.agent", str(path)],
+                                   stdout=log, stderr=subprocess.STDOUT)
+                self.procs.append(p)
+                self.state.add_process(p.pid, str(path))
+        if one:
+            with open(self.log_path(), "w") as log:
+                p = subprocess.Popen([sys.executable, "-m", "testbed.agent", *paths],
+                                     stdout=log, stderr=subprocess.STDOUT)
             self.procs.append(p)
-            self.state.add_process(p.pid, str(path))
+            self.state.add_process(p.pid, paths[0])
         self.wait_ready()
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """An agent is ready once it has opened its sockets and its event log."""
         deadline = time.monotonic() + timeout
-        for sw, proc in zip(self.topo.switches, self.procs, strict=True):
+        one = self.cfg.agent.one_process
+        for i, sw in enumerate(self.topo.switches):
+            proc = self.procs[0 if one else i]
             while not (self.out / f"{sw.name}.events.csv").exists():
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    log = (self.out / f"{sw.name}.agent.log").read_text(errors="replace")[-2000:]
-                    raise FabricError(f"the agent of {sw.name} did not start:\n{log}")
+                    log = self.log_path(None if one else sw.name)
+                    tail = log.read_text(errors="replace")[-2000:]
+                    raise FabricError(f"the agent of {sw.name} did not start:\n{tail}")
                 time.sleep(0.02)
 
     def stop(self) -> None:

@@ -291,15 +291,22 @@ class PortGates:
         self._base = [(0, 0, 0)] * NUM_TCS  # (drops, sent_bytes, sent_packets)
         self._kick_sock = None
         self.netns = netns
+        if netns is None:  # now, while in the port's namespace (the agent may leave it)
+            self._kick_sock = self._open_kick_sock()
         #: False: open() waits until tc has applied the change, then kicks. True: it has the
         #: batch kick then (TcBatch.when_applied) and returns at once: the switch agent, whose
         #: single-threaded loop must not wait, runs the batch's dispatch when tc answers.
         self.kick_when_applied = kick_when_applied
 
-    def kick(self) -> None:
-        """Run the port's qdisc once (see KICK_CLASSID); the frame itself is dropped there."""
+    def _open_kick_sock(self):
         import socket
 
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        s.bind((self.spec.ifname, 0))
+        return s
+
+    def kick(self) -> None:
+        """Run the port's qdisc once (see KICK_CLASSID); the frame itself is dropped there."""
         if self._kick_sock is None:
             if self.netns:  # a test driving another namespace: no socket of ours there
                 import subprocess
@@ -310,8 +317,7 @@ class PortGates:
                                 f"s.send(b'\\2'*12+bytes.fromhex('{ETH_P_KICK:04x}')+bytes(46))"],
                                check=False)
                 return
-            self._kick_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-            self._kick_sock.bind((self.spec.ifname, 0))
+            self._kick_sock = self._open_kick_sock()
         with contextlib.suppress(OSError):  # dropped by design: ENOBUFS is the normal answer
             self._kick_sock.send(b"\x02" * 12 + ETH_P_KICK.to_bytes(2, "big") + bytes(46))
 

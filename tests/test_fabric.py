@@ -264,22 +264,30 @@ def _sched(pid: int) -> tuple[int, int, int]:
 def test_agents_run_real_time_and_their_tc_with_them(tmp_path: Path) -> None:
     """agent.realtime_priority reaches each switch agent and the tc it changes gates with
     (SCHED_FIFO: a PFC frame preempts the BMv2 and host processes that fill the cores); 0
-    leaves them at agent.nice."""
+    leaves them at agent.nice. One agent process serves the three switches, with a tc in each
+    switch's namespace (agent.one_process), or one process per switch."""
     import psutil
 
-    for rt, expected in ((10, (os.SCHED_FIFO, 10)), (0, (os.SCHED_OTHER, 0))):
-        cfg = FabricConfig.model_validate({"name": f"rt{rt}", "fabric": {
+    for rt, one, expected in ((10, True, (os.SCHED_FIFO, 10)), (0, True, (os.SCHED_OTHER, 0)),
+                              (10, False, (os.SCHED_FIFO, 10))):
+        cfg = FabricConfig.model_validate({"name": f"rt{rt}{one:d}", "fabric": {
             "spines": 1, "leaves": 2, "hosts_per_leaf": 1},
-            "agent": {"realtime_priority": rt, "nice": -7}})
-        with Fabric(cfg, build_topology(cfg), tmp_path / str(rt)) as fabric:
+            "agent": {"realtime_priority": rt, "nice": -7, "one_process": one}})
+        topo = build_topology(cfg)
+        with Fabric(cfg, topo, tmp_path / f"{rt}{one:d}") as fabric:
             procs = fabric.agent_pool.procs
-            assert len(procs) == 3
+            assert len(procs) == (1 if one else 3)
+            nets = set()
             for p in procs:
                 agent = psutil.Process(p.pid)
                 tcs = [c for c in agent.children(recursive=True) if c.name() == "tc"]
-                assert tcs, "the agent's tc batch is not running"
+                assert len(tcs) == (3 if one else 1), "a switch's tc batch is not running"
+                nets |= {os.readlink(f"/proc/{c.pid}/ns/net") for c in tcs}
                 for pid in (agent.pid, *(t.id for t in agent.threads()), *(c.pid for c in tcs)):
                     policy, prio, nice = _sched(pid)
                     assert (policy, prio) == expected, (rt, pid, policy, prio)
                     if not rt:
                         assert nice == -7, (pid, nice)
+            # each switch's tc runs in that switch's namespace
+            assert nets == {os.readlink(f"/proc/{fabric.net.get(sw.name).pid}/ns/net")
+                            for sw in topo.switches}

@@ -41,6 +41,9 @@ class AgentConfig:
     nice: int = 0  # scheduling priority (config agent.nice), set before anything starts
     resync_period_s: float = 0.05  # config agent.resync_period_ms
     realtime_priority: int = 0  # config agent.realtime_priority (SCHED_FIFO), 0: none
+    #: The switch's network namespace (a path, /proc/PID/ns/net), which the agent enters to
+    #: open the switch's sockets; None: the agent was started inside it.
+    netns: str | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:
@@ -59,7 +62,7 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
                  watchdog=None, state_file: Path | None = None,
                  thrift_port: int | None = None, t0_monotonic: float | None = None,
                  nice: int = 0, resync_period_s: float = 0.05,
-                 realtime_priority: int = 0) -> dict:
+                 realtime_priority: int = 0, netns: str | None = None) -> dict:
     wd = None
     if watchdog is not None:
         wd = watchdog.model_dump()
@@ -72,4 +75,4 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
         tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
         max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None,
         thrift_port=thrift_port, t0_monotonic=t0_monotonic, nice=nice,
-        resync_period_s=resync_period_s, realtime_priority=realtime_priority))
+        resync_period_s=resync_period_s, realtime_priority=realtime_priority, netns=netns))

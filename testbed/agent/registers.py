@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Iterable
 
+from testbed.agent.netns import inside
 from testbed.constants import NUM_TCS
 
 #: A lossless queue as the program saw it at the last resync: drift, held, the most the
@@ -21,9 +22,10 @@ def _signed(v: int) -> int:
 class P4Registers:
     """BMv2's registers over Thrift (connected on first use; None without a port)."""
 
-    def __init__(self, thrift_port: int | None, switch: str) -> None:
+    def __init__(self, thrift_port: int | None, switch: str, netns: str | None = None) -> None:
         self.thrift_port = thrift_port
         self.switch = switch
+        self.netns = netns  # the switch's namespace, where BMv2's Thrift port is
         self._client = None
 
     def _bm(self):
@@ -37,7 +39,8 @@ class P4Registers:
                 TSocket.TSocket("127.0.0.1", self.thrift_port))
             proto = TMultiplexedProtocol.TMultiplexedProtocol(
                 TBinaryProtocol.TBinaryProtocol(transport), "standard")
-            transport.open()
+            with inside(self.netns):
+                transport.open()
             self._client = Standard.Client(proto)
         return self._client
 
@@ -96,9 +99,9 @@ class RegisterReader(threading.Thread):
     to a quarter of a second on saturated cores. Here the loop asks for the reads of the busy
     queues and takes what the previous request returned, one sample later."""
 
-    def __init__(self, thrift_port: int | None, switch: str) -> None:
+    def __init__(self, thrift_port: int | None, switch: str, netns: str | None = None) -> None:
         super().__init__(daemon=True, name=f"registers:{switch}")
-        self.p4 = P4Registers(thrift_port, switch)
+        self.p4 = P4Registers(thrift_port, switch, netns)
         self._cond = threading.Condition()
         self._want: list[tuple[int, int]] | None = None
         self._result: tuple[dict[tuple[int, int], QueueView], int | None] = ({}, None)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from testbed.agent.config import AgentConfig
 from testbed.agent.frames import pfc_socket, receive
+from testbed.agent.netns import inside
 from testbed.agent.pause import PauseMixin, PortRuntime
 from testbed.agent.registers import P4Registers, RegisterReader
 from testbed.agent.telemetry import TelemetryMixin
@@ -52,8 +53,9 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.hot: set[tuple[int, int]] = set()  # lossless queues that held packets lately
         self._sent_seen: dict[tuple[int, int], int] = {}  # sent packets at the last sample
         self.busy_until = 0.0
-        self.p4 = P4Registers(cfg.thrift_port, cfg.switch)  # the watchdog's writes
-        self.registers = RegisterReader(cfg.thrift_port, cfg.switch)  # telemetry's reads
+        # Thrift connects on first use, perhaps after the thread has left the namespace
+        self.p4 = P4Registers(cfg.thrift_port, cfg.switch, cfg.netns)  # the watchdog's writes
+        self.registers = RegisterReader(cfg.thrift_port, cfg.switch, cfg.netns)  # its reads
         self.registers.start()
 
     def now(self) -> float:
@@ -68,52 +70,64 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
             pr.gates.kick_when_applied = True
 
     # -- loop ---------------------------------------------------------------------------
-    def run(self) -> None:
-        next_tick = next_sample = next_poll = self.clock()
-        wd_on = self.watchdog.config.enabled
-        poll_s = self.watchdog.config.polling_interval_ms / 1000
+    # The loop is split so that one process can serve several switches (run_agents): each
+    # agent says which sockets it waits on and when it next must wake, and handles what is
+    # ready; run_agents sleeps in one select() over every agent's sockets.
+    def start_loop(self) -> None:
+        now = self.clock()
+        self.next_tick = self.next_sample = self.next_poll = self.next_resync = now
         self._kick_when_applied()
-        socks: list = [*self.by_sock, self.batch]
-        next_resync = next_tick
-        while self.running:
-            now = self.clock()
-            if now >= next_tick and now < self.busy_until:
-                if now >= next_resync:
-                    self.tick()
-                    next_resync = now + self.cfg.resync_period_s
-                else:
-                    self.timer_tick()
-                next_tick = now + self.cfg.tick_period_s
-            if now >= next_sample:
-                self.sample()
-                next_sample = now + self.cfg.sample_period_s
-            if wd_on and now >= next_poll:
-                self.watchdog_poll()
-                next_poll = now + poll_s
-            self.expire()
-            self.batch.fire_overdue()
-            wake = min(next_tick if now < self.busy_until else next_sample, next_sample,
-                       self.timers[0][0] if self.timers else next_sample)
-            if wd_on:
-                wake = min(wake, next_poll)
-            overdue = self.batch.overdue_at()  # on time.monotonic, as self.clock
-            if overdue is not None:
-                wake = min(wake, overdue)
-            ready, _, _ = select.select(socks, [], [], max(0.0, wake - self.clock()))
-            for s in ready:
-                if s is self.batch:
-                    self.batch.dispatch()
-                    continue
-                pr = self.by_sock[s]
-                for data, t_kernel, outgoing in receive(s):
-                    classes = parse_pfc(data)
-                    if outgoing:  # our switch paused or resumed a neighbour
-                        if classes:
-                            self.on_own_pfc(classes)
-                            next_tick = min(next_tick, self.clock())  # tick at once
-                        continue
-                    if classes:
-                        self.on_pfc(pr, classes, t_kernel)
+
+    def sockets(self) -> list:
+        return [*self.by_sock, self.batch]
+
+    def due(self) -> float:
+        """Run what is due (ticks, samples, the watchdog's poll, pause expiries, overdue tc
+        answers); return when (on self.clock) the agent must next wake."""
+        now = self.clock()
+        wd_on = self.watchdog.config.enabled
+        if now >= self.next_tick and now < self.busy_until:
+            if now >= self.next_resync:
+                self.tick()
+                self.next_resync = now + self.cfg.resync_period_s
+            else:
+                self.timer_tick()
+            self.next_tick = now + self.cfg.tick_period_s
+        if now >= self.next_sample:
+            self.sample()
+            self.next_sample = now + self.cfg.sample_period_s
+        if wd_on and now >= self.next_poll:
+            self.watchdog_poll()
+            self.next_poll = now + self.watchdog.config.polling_interval_ms / 1000
+        self.expire()
+        self.batch.fire_overdue()
+        wake = min(self.next_tick if now < self.busy_until else self.next_sample,
+                   self.next_sample, self.timers[0][0] if self.timers else self.next_sample)
+        if wd_on:
+            wake = min(wake, self.next_poll)
+        overdue = self.batch.overdue_at()  # on time.monotonic, as self.clock
+        if overdue is not None:
+            wake = min(wake, overdue)
+        return wake
+
+    def ready(self, s) -> None:
+        """A socket of ours is readable: tc answered, or PFC frames came or left."""
+        if s is self.batch:
+            self.batch.dispatch()
+            return
+        pr = self.by_sock[s]
+        for data, t_kernel, outgoing in receive(s):
+            classes = parse_pfc(data)
+            if outgoing:  # our switch paused or resumed a neighbour
+                if classes:
+                    self.on_own_pfc(classes)
+                    self.next_tick = min(self.next_tick, self.clock())  # tick at once
+                continue
+            if classes:
+                self.on_pfc(pr, classes, t_kernel)
+
+    def run(self) -> None:
+        run_agents([self])
 
     def close(self) -> None:
         for pr in self.ports.values():  # the loop is over: open() waits for tc itself now
@@ -133,12 +147,24 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.event_log.close()
 
 
-def main() -> None:
-    if len(sys.argv) != 2:
-        print("usage: python -m testbed.agent CONFIG.json", file=sys.stderr)
-        sys.exit(2)
-    cfg = AgentConfig.load(sys.argv[1])
-    # before the tc batch process and the register reader start, so that they inherit both
+def run_agents(agents: list[SwitchAgent]) -> None:
+    """Serve every agent from this thread until one is told to stop: one select() over all
+    their sockets, woken by the first PFC frame, tc answer or timer of any of them."""
+    clock = agents[0].clock
+    owner = {}
+    for a in agents:
+        a.start_loop()
+        owner.update({s: a for s in a.sockets()})
+    socks = list(owner)
+    while all(a.running for a in agents):
+        wake = min(a.due() for a in agents)
+        ready, _, _ = select.select(socks, [], [], max(0.0, wake - clock()))
+        for s in ready:
+            owner[s].ready(s)
+
+
+def _set_priority(cfg: AgentConfig) -> None:
+    """Before the tc batch processes and the register readers start, so they inherit it."""
     if cfg.nice:
         os.setpriority(os.PRIO_PROCESS, 0, cfg.nice)
     if cfg.realtime_priority:
@@ -147,12 +173,31 @@ def main() -> None:
         except OSError as e:  # a container without CAP_SYS_NICE, or no real-time budget
             print(f"agent {cfg.switch}: no real-time priority ({e.strerror}); running at nice "
                   f"{cfg.nice} (agent.realtime_priority)", flush=True)
-    agent = SwitchAgent(cfg)
-    signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
+
+
+def main() -> None:
+    """``python -m testbed.agent CONFIG.json [CONFIG.json ...]``: one agent per config file,
+    each made inside its switch's namespace (its ``netns``), all served by this process."""
+    if len(sys.argv) < 2:
+        print("usage: python -m testbed.agent CONFIG.json [CONFIG.json ...]", file=sys.stderr)
+        sys.exit(2)
+    cfgs = [AgentConfig.load(path) for path in sys.argv[1:]]
+    _set_priority(cfgs[0])  # the fabric's agent settings: the same in every file
+    agents: list[SwitchAgent] = []
+
+    def stop(*_) -> None:
+        for a in agents:
+            a.running = False
+
+    signal.signal(signal.SIGTERM, stop)
     try:
-        agent.run()
+        for cfg in cfgs:
+            with inside(cfg.netns):
+                agents.append(SwitchAgent(cfg))
+        run_agents(agents)
     except KeyboardInterrupt:
         pass
     finally:
-        agent.close()
-        print(json.dumps({"switch": agent.cfg.switch, **agent.stats}), flush=True)
+        for a in agents:
+            a.close()
+            print(json.dumps({"switch": a.cfg.switch, **a.stats}), flush=True)
