@@ -406,9 +406,14 @@ class PortGates:
                                  b + basic["bytes"], n + basic["packets"])
         return out
 
-    def shutdown(self) -> None:
+    def close_sockets(self) -> None:
+        """The port's own sockets (a shared tc batch is its owner's to close)."""
         if self._kick_sock is not None:
             self._kick_sock.close()
-        self.batch.close()
+            self._kick_sock = None
         with contextlib.suppress(Exception):
             self.ipr.close()
+
+    def shutdown(self) -> None:
+        self.close_sockets()
+        self.batch.close()

@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.agent.config import AgentConfig
@@ -73,9 +74,16 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
     # The loop is split so that one process can serve several switches (run_agents): each
     # agent says which sockets it waits on and when it next must wake, and handles what is
     # ready; run_agents sleeps in one select() over every agent's sockets.
-    def start_loop(self) -> None:
+    def start_loop(self, phase: float = 0.0) -> None:
+        """``phase`` (0 to 1): how far into each period this agent's timers fall, so that
+        the agents one process serves take their samples, resyncs and polls in turn, not all
+        in one wake-up (which held a PFC frame for six samples' time)."""
         now = self.clock()
-        self.next_tick = self.next_sample = self.next_poll = self.next_resync = now
+        poll_s = self.watchdog.config.polling_interval_ms / 1000
+        self.next_tick = now + phase * self.cfg.tick_period_s
+        self.next_resync = now + phase * self.cfg.resync_period_s
+        self.next_sample = now + phase * self.cfg.sample_period_s
+        self.next_poll = now + phase * poll_s
         self._kick_when_applied()
 
     def sockets(self) -> list:
@@ -140,11 +148,15 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
                 if pr.pause[tc].until:
                     pr.gates.open(tc)
             pr.sock.close()
-            pr.gates.ipr.close()
+            pr.gates.close_sockets()
         self.batch.close()
         self.tick_sock.close()
         self.telemetry_log.close()
         self.event_log.close()
+
+
+#: How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
+GIL_SWITCH_S = 0.0002
 
 
 def run_agents(agents: list[SwitchAgent]) -> None:
@@ -152,8 +164,8 @@ def run_agents(agents: list[SwitchAgent]) -> None:
     their sockets, woken by the first PFC frame, tc answer or timer of any of them."""
     clock = agents[0].clock
     owner = {}
-    for a in agents:
-        a.start_loop()
+    for i, a in enumerate(agents):
+        a.start_loop(i / len(agents))
         owner.update({s: a for s in a.sockets()})
     socks = list(owner)
     while all(a.running for a in agents):
@@ -182,6 +194,9 @@ def main() -> None:
         print("usage: python -m testbed.agent CONFIG.json [CONFIG.json ...]", file=sys.stderr)
         sys.exit(2)
     cfgs = [AgentConfig.load(path) for path in sys.argv[1:]]
+    # The register readers decode Thrift in Python, holding the GIL; a loop woken by a PFC
+    # frame would wait up to the interpreter's switch interval (5 ms) to take it back.
+    sys.setswitchinterval(GIL_SWITCH_S)
     _set_priority(cfgs[0])  # the fabric's agent settings: the same in every file
     agents: list[SwitchAgent] = []
 
@@ -198,6 +213,9 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        # in parallel: closing a packet socket waits out an RCU grace period (packet(7)),
+        # which one process would otherwise wait for a socket at a time
+        with ThreadPoolExecutor(max(1, len(agents))) as pool:
+            list(pool.map(SwitchAgent.close, agents))
         for a in agents:
-            a.close()
             print(json.dumps({"switch": a.cfg.switch, **a.stats}), flush=True)
