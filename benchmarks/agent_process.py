@@ -1,6 +1,6 @@
-"""One agent process for every switch (``agent.one_process``, the default) against one
-process per switch: the agents' CPU, idle and under a 4:1 incast on 2x4x2, and the pause
-reaction, interleaved (benchmarks/agent_ab.py).
+"""One agent process for every switch (``agent.one_process``) against one process per switch
+(the default), and the one process real-time: the agents' CPU, idle and under a 4:1 incast on
+2x4x2, and the pause reaction, interleaved (benchmarks/agent_ab.py).
 
 Run as root: sudo .venv/bin/python benchmarks/agent_process.py [--rates 10] [--pairs 3]
 Writes agent_process.json and agent_process.md to benchmarks/out.
@@ -16,7 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.agent_ab import interleaved, write  # noqa: E402
 
-VARIANTS = {"one process": {"one_process": True}, "a process per switch": {"one_process": False}}
+VARIANTS = {"a process per switch": {"one_process": False},
+            "one process": {"one_process": True},
+            "one process, SCHED_FIFO 10": {"one_process": True, "realtime_priority": 10}}
 
 
 def main() -> None:

@@ -1,14 +1,14 @@
-"""The switch agents of a fabric: one `python -m testbed.agent` process serving every switch
-(agent.one_process, the default), or one per switch inside its namespace.
+"""The switch agents of a fabric: one `python -m testbed.agent` per switch, inside its
+namespace (the default), or one process serving every switch (agent.one_process).
 
 :class:`AgentPool` writes each agent's config file (its ports, their class buffers, the tick
 port, the watchdog, the switch's namespace), starts the agents, waits until each has opened
 its sockets and its event log, and stops them.
 
-Why one process: on two cores, six agents meant six interpreters waking on their own timers
-and six copies of the same code in memory; one process wakes once for every switch whose timer
-is due, and its sockets, opened inside each switch's namespace, keep working from outside
-(testbed.agent.netns).
+One process starts one interpreter instead of one per switch, and its sockets, opened inside
+each switch's namespace, keep working from outside (testbed.agent.netns); but it serves the
+switches' PFC frames one after another, behind their samples and ticks, so a process per
+switch stays the default (benchmarks/agent_process.py measures both).
 """
 
 from __future__ import annotations

@@ -77,8 +77,9 @@ class AgentConfig(_Strict):
         "switch agent, 0 for none (nice alone). Real-time, a PFC frame preempts BMv2 and the "
         "hosts, as a MAC answers it in hardware: for faster links (10 at 15 Mbit/s halved the "
         "flagged runs); at 10 Mbit/s it costs big fabrics BMv2's time (README: How fast it goes).")
-    one_process: bool = Field(True, description="One agent process serves every switch, "
-        "opening each switch's sockets inside its namespace (fewer processes and wake-ups on "
-        "two cores); false: one process per switch, inside its namespace. A real switch runs "
-        "its own OS: this is the emulation's cost alone.")
+    one_process: bool = Field(False, description="One agent process for every switch, "
+        "opening each switch's sockets inside its namespace: brings a 2x4x2 fabric up 0.8 s "
+        "sooner and takes 12% less CPU under incast, but a PFC frame waits behind the other "
+        "switches' work (pause reaction p99 2.6 ms against 1.9 ms; README: How fast it goes). "
+        "False: a process per switch, inside its namespace.")
     pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)
