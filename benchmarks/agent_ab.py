@@ -12,12 +12,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.lossless import fabric_measures  # noqa: E402
-from testbed.state import fabric_lock  # noqa: E402
-
 
 def interleaved(variants: dict[str, dict], rates: list[float], rounds: int) -> list[dict]:
     """One run per variant per round at each rate; ``variants``: label -> agent settings."""
+    from benchmarks.lossless import fabric_measures
+    from testbed.state import fabric_lock
+
     runs = []
     for rate in rates:
         for i in range(rounds):

@@ -37,12 +37,14 @@ def sh(ns: str, *args: str) -> None:
     subprocess.run(["ip", "-n", ns, *args], check=True)
 
 
-@pytest.fixture
-def agent_ns(tmp_path: Path):
-    yield from _agent_ns(tmp_path, None)
+@pytest.fixture(params=["inside", "outside"])
+def agent_ns(tmp_path: Path, request):
+    """The agent started inside the switch's namespace (a process per switch), or outside it,
+    entering it to open the switch's sockets (agent.one_process)."""
+    yield from _agent_ns(tmp_path, None, outside=request.param == "outside")
 
 
-def _agent_ns(tmp_path: Path, watchdog):
+def _agent_ns(tmp_path: Path, watchdog, outside: bool = False):
     ns = f"rta{uuid.uuid4().hex[:6]}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     proc = None
@@ -57,12 +59,14 @@ def _agent_ns(tmp_path: Path, watchdog):
         subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], check=True, text=True,
                        input="\n".join(scheduler_commands(spec)) + "\n")
         conf = agent_config("sw", [AgentPort(1, "sw1", RATE, [100_000] * 8)], qos, "agt",
-                            0.01, 0.05, tmp_path, 9014, watchdog, pfcwd_path(tmp_path, "sw"))
+                            0.01, 0.05, tmp_path, 9014, watchdog, pfcwd_path(tmp_path, "sw"),
+                            netns=f"/run/netns/{ns}" if outside else None)
         path = tmp_path / "agent.json"
         path.write_text(json.dumps(conf))
         AgentConfig.load(path)  # the file round-trips
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m",
-                                 "testbed.agent", str(path)], stdout=subprocess.PIPE, text=True,
+        enter = [] if outside else ["ip", "netns", "exec", ns]
+        proc = subprocess.Popen([*enter, sys.executable, "-m", "testbed.agent", str(path)],
+                                stdout=subprocess.PIPE, text=True,
                                 cwd=Path(__file__).parent.parent)
         # ready once it has opened its sockets and its event log (as the fabric waits for it):
         # a fixed wait lost the first PFC frame when a loaded machine started it slowly
@@ -339,5 +343,39 @@ def test_the_pfc_socket_sees_its_own_port_both_ways_and_pfc_alone() -> None:
         out, _ = probe.communicate("sent\n", timeout=20)
         got = json.loads(out.strip().splitlines()[-1])
         assert got == [[rx.hex(), False], [tx.hex(), True]], got
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])
+
+
+def test_a_socket_opened_inside_a_namespace_works_from_outside() -> None:
+    """What one agent process for every switch rests on: testbed.agent.netns.inside opens a
+    switch's socket in its namespace and returns the thread home; the socket keeps its port."""
+    import os
+    import socket
+
+    from testbed.agent.netns import inside
+
+    ns = f"rtn{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        sh(ns, "link", "add", "dev", "swp", "type", "veth", "peer", "name", "far")
+        sh(ns, "link", "set", "dev", "swp", "up")
+        sh(ns, "link", "set", "dev", "far", "up")
+        home = os.readlink("/proc/thread-self/ns/net")
+        with inside(f"/run/netns/{ns}"):
+            assert os.readlink("/proc/thread-self/ns/net") != home
+            far = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B5))
+            far.bind(("far", 0x88B5))  # bind takes host order, socket() network order
+            swp = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            swp.bind(("swp", 0))
+        assert os.readlink("/proc/thread-self/ns/net") == home
+        with pytest.raises(OSError):  # the port is not in this namespace
+            socket.if_nametoindex("swp")
+        frame = b"\xff" * 6 + b"\x02" * 6 + b"\x88\xb5" + b"from outside".ljust(46, b"\0")
+        swp.send(frame)
+        far.settimeout(2)
+        assert far.recv(2048)[:26] == frame[:26]
+        swp.close()
+        far.close()
     finally:
         subprocess.run(["ip", "netns", "del", ns])

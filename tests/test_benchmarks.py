@@ -1,4 +1,4 @@
-"""The capacity benchmark's pure parts: the rate search and the before/after table."""
+"""The benchmarks' pure parts: the rate search, the before/after table, the agent A/B table."""
 
 from __future__ import annotations
 
@@ -54,3 +54,20 @@ def test_scenario_rates_counts_faithful_runs_and_spans_the_guards_figures() -> N
     assert rows == ["| dl | 10 Mbit/s | 1 of 2 | 59 | - | - |",
                     "| dl | 15 Mbit/s | 0 of 2 | 73-165 | - | - |",
                     "| in | 10 Mbit/s | 1 of 1 | - | - | - |"]
+
+
+def test_agent_ab_table_gives_each_variants_medians_and_ranges() -> None:
+    import agent_ab
+
+    def run(label: str, p99: float, cpu: float) -> dict:
+        return {"rate_mbps": 10.0, "agents": label, "pause_reaction_us_median": 200.0,
+                "pause_reaction_us_p99": p99, "agent_cpu_idle_cores": 0.08,
+                "agent_cpu_incast_cores": cpu}
+
+    md = agent_ab.markdown([run("one", 3000, 0.28), run("per", 1900, 0.32),
+                            run("per", 1800, 0.34), run("one", 2500, 0.30),
+                            run("one", 2600, 0.29), run("per", 2000, 0.30)], ["per", "one"])
+    assert md.startswith("Medians over 3 interleaved runs each")
+    rows = [ln for ln in md.splitlines() if ln.startswith("| 10 Mbit/s")]
+    assert rows == ["| 10 Mbit/s | per | 200 (200-200) | 1900 (1800-2000) | 8.0% | 32.0% |",
+                    "| 10 Mbit/s | one | 200 (200-200) | 2600 (2500-3000) | 8.0% | 29.0% |"]

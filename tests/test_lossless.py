@@ -14,7 +14,7 @@ import pytest
 from testbed.config import FabricConfig
 from testbed.constants import PFC_QUANTUM_BITS
 from testbed.measure import fabric_counters, hidden_loss, kernel_drops, peer_ports
-from testbed.results import EventRow, read_events, run_telemetry
+from testbed.results import EventRow, read_events, run_events, run_telemetry
 from testbed.topology import build_topology
 from traffic.flows import FlowRunner, FlowSpec
 
@@ -32,17 +32,19 @@ INCAST_RUNS = 10
 HOG = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass\n"
 
 
-def incast_cfg(pfc: bool, name: str) -> FabricConfig:
+def incast_cfg(pfc: bool, name: str, agent: dict | None = None) -> FabricConfig:
     return FabricConfig.model_validate({
         "name": name,
         "fabric": {"spines": 2, "leaves": 3, "hosts_per_leaf": 2},
         # PFC alone must keep the class lossless here: no ECN marks, no DCQCN
         "qos": {"pfc_enable": [3] if pfc else [], "ecn": {}},
+        "agent": agent or {},
     })
 
 
-def run_incast(tmp: Path, pfc: bool, name: str, hogs: int = 0) -> dict:
-    cfg = incast_cfg(pfc, name)
+def run_incast(tmp: Path, pfc: bool, name: str, hogs: int = 0,
+               agent: dict | None = None) -> dict:
+    cfg = incast_cfg(pfc, name, agent)
     topo = build_topology(cfg)
     with Fabric(cfg, topo, tmp) as fabric:
         eps = fabric.start_endpoints(["--no-dcqcn"])
@@ -74,56 +76,79 @@ def drift_samples(tmp: Path) -> list[int]:
             if r.tc == 3 and r.phantom_drift_bytes is not None and r.backlog_bytes > 0]
 
 
+def check_lossless_incast(r: dict, run: int) -> dict:
+    """Every check a user makes of a lossless incast; the run's PFC figures."""
+    c, topo = r["counters"], r["topo"]
+    assert r["done"], "flows did not complete"
+    # every byte delivered once, in order, on every QP
+    for flow, assigns in r["assign"].items():
+        for a in assigns:
+            q = r["recv"]["qps"][str(a.responder_qpn)]
+            assert q["bytes"] == MSG * COUNT and q["corrupt"] == 0, (flow, q)
+            assert q["out_of_order"] == 0 and q["naks_sent"] == 0, (flow, q)
+    # zero drops in the lossless class: kernel queues and P4 agree, nothing hidden
+    assert kernel_drops(c, 3) == 0
+    p4_drops = {(s, k): v for s, sc in c.items() for k, v in sc.drops.items()
+                if k[1] != 5}  # reason 5: PFC frames consumed, not a loss
+    assert not p4_drops, p4_drops
+    hidden = hidden_loss(c)
+    assert all(v == 0 for v in hidden.values()), hidden
+    # PFC: sent by the receiver's leaf toward the spines, received by the spines,
+    # and the pause propagated a second hop: spines paused the senders' leaves
+    leaf1 = c["leaf1"]
+    up = [p for s in ("spine1", "spine2") for p in peer_ports(topo, "leaf1", s)]
+    assert sum(leaf1.pfc_tx.get((p, 3), 0) for p in up) > 0
+    spine_rx = sum(c[s].pfc_rx.get((p, 3), 0) for s in ("spine1", "spine2")
+                   for p in peer_ports(topo, s, "leaf1"))
+    assert spine_rx > 0
+    spine_tx = sum(c[s].pfc_tx.get((p, 3), 0) for s in ("spine1", "spine2")
+                   for lf in ("leaf2", "leaf3") for p in peer_ports(topo, s, lf))
+    leaf_rx = sum(c[lf].pfc_rx.get((p, 3), 0) for lf in ("leaf2", "leaf3")
+                  for s in ("spine1", "spine2") for p in peer_ports(topo, lf, s))
+    figures = {"run": run, "leaf1_pfc_tx": sum(v for v in leaf1.pfc_tx.values()),
+               "spine_pfc_rx": spine_rx, "spine_pfc_tx": spine_tx,
+               "leaf_pfc_rx": leaf_rx, "hidden_loss": sum(hidden.values())}
+    assert spine_tx > 0 and leaf_rx > 0, figures
+    # the JSON summary of the telemetry, written when the fabric stopped, says the same
+    tel = {(q["switch"], q["port"], q["tc"]): q for q in r["telemetry"]["queues"]}
+    to_h1 = tel[("leaf1", peer_ports(topo, "leaf1", "h1")[0], 3)]
+    assert to_h1["sent_bytes"] >= len(INCAST_SENDERS) * MSG * COUNT and to_h1["drops"] == 0
+    assert sum(q["pfc_rx"] for (sw, _p, _t), q in tel.items() if sw.startswith("spine")) \
+        == spine_rx
+    assert r["telemetry"]["drift_bytes"]["samples"] > 0
+    return figures
+
+
 def test_incast_4_to_1_lossless_with_pfc_ten_times(tmp_path: Path) -> None:
     summary = []
     drift: list[int] = []
     for run in range(INCAST_RUNS):
         r = run_incast(tmp_path / f"run{run}", pfc=True, name=f"incast{run}")
         drift += r["drift"]
-        c, topo = r["counters"], r["topo"]
-        assert r["done"], "flows did not complete"
-        # every byte delivered once, in order, on every QP
-        for flow, assigns in r["assign"].items():
-            for a in assigns:
-                q = r["recv"]["qps"][str(a.responder_qpn)]
-                assert q["bytes"] == MSG * COUNT and q["corrupt"] == 0, (flow, q)
-                assert q["out_of_order"] == 0 and q["naks_sent"] == 0, (flow, q)
-        # zero drops in the lossless class: kernel queues and P4 agree, nothing hidden
-        assert kernel_drops(c, 3) == 0
-        p4_drops = {(s, k): v for s, sc in c.items() for k, v in sc.drops.items()
-                    if k[1] != 5}  # reason 5: PFC frames consumed, not a loss
-        assert not p4_drops, p4_drops
-        hidden = hidden_loss(c)
-        assert all(v == 0 for v in hidden.values()), hidden
-        # PFC: sent by the receiver's leaf toward the spines, received by the spines,
-        # and the pause propagated a second hop: spines paused the senders' leaves
-        leaf1 = c["leaf1"]
-        up = [p for s in ("spine1", "spine2") for p in peer_ports(topo, "leaf1", s)]
-        assert sum(leaf1.pfc_tx.get((p, 3), 0) for p in up) > 0
-        spine_rx = sum(c[s].pfc_rx.get((p, 3), 0) for s in ("spine1", "spine2")
-                       for p in peer_ports(topo, s, "leaf1"))
-        assert spine_rx > 0
-        spine_tx = sum(c[s].pfc_tx.get((p, 3), 0) for s in ("spine1", "spine2")
-                       for lf in ("leaf2", "leaf3") for p in peer_ports(topo, s, lf))
-        leaf_rx = sum(c[lf].pfc_rx.get((p, 3), 0) for lf in ("leaf2", "leaf3")
-                      for s in ("spine1", "spine2") for p in peer_ports(topo, lf, s))
-        summary.append({"run": run, "leaf1_pfc_tx": sum(v for v in leaf1.pfc_tx.values()),
-                        "spine_pfc_rx": spine_rx, "spine_pfc_tx": spine_tx,
-                        "leaf_pfc_rx": leaf_rx, "hidden_loss": sum(hidden.values())})
-        assert spine_tx > 0 and leaf_rx > 0, summary[-1]
-        # the JSON summary of the telemetry, written when the fabric stopped, says the same
-        tel = {(q["switch"], q["port"], q["tc"]): q for q in r["telemetry"]["queues"]}
-        to_h1 = tel[("leaf1", peer_ports(topo, "leaf1", "h1")[0], 3)]
-        assert to_h1["sent_bytes"] >= len(INCAST_SENDERS) * MSG * COUNT and to_h1["drops"] == 0
-        assert sum(q["pfc_rx"] for (sw, _p, _t), q in tel.items() if sw.startswith("spine")) \
-            == spine_rx
-        assert r["telemetry"]["drift_bytes"]["samples"] > 0
+        summary.append(check_lossless_incast(r, run))
     # occupancy fidelity: the telemetry reports the phantom's drift from the kernel backlog
     assert len(drift) >= 20, "no drift samples for the busy lossless queues"
     drift.sort()
     fidelity = {"samples": len(drift), "median_bytes": drift[len(drift) // 2],
                 "p99_bytes": drift[int(0.99 * (len(drift) - 1))]}
     print(json.dumps({"runs": summary, "phantom_drift": fidelity}))
+
+
+def test_incast_with_one_agent_process_is_lossless(tmp_path: Path) -> None:
+    """agent.one_process: one process serves all five switches from outside their namespaces,
+    and the incast is as lossless, with every switch's pauses applied and logged, as with a
+    process per switch."""
+    for run in range(2):
+        r = run_incast(tmp_path / f"run{run}", pfc=True, name=f"one{run}",
+                       agent={"one_process": True})
+        figures = check_lossless_incast(r, run)
+        pauses = [e for e in run_events(tmp_path / f"run{run}") if e.event == "pause"]
+        # the spines obeyed leaf1's PFC and the senders' leaves the spines', each pause a
+        # reaction to a frame the agent read off the switch's port
+        paused = {e.switch for e in pauses}
+        assert {"spine1", "spine2"} <= paused and paused & {"leaf2", "leaf3"}, paused
+        assert all(e.reaction_us is not None for e in pauses)
+        print(json.dumps(figures))
 
 
 def test_incast_with_a_busy_core_is_lossless_or_flagged(tmp_path: Path) -> None:
