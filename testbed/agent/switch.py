@@ -155,10 +155,6 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.event_log.close()
 
 
-#: How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
-GIL_SWITCH_S = 0.0002
-
-
 def run_agents(agents: list[SwitchAgent]) -> None:
     """Serve every agent from this thread until one is told to stop: one select() over all
     their sockets, woken by the first PFC frame, tc answer or timer of any of them."""
@@ -194,9 +190,6 @@ def main() -> None:
         print("usage: python -m testbed.agent CONFIG.json [CONFIG.json ...]", file=sys.stderr)
         sys.exit(2)
     cfgs = [AgentConfig.load(path) for path in sys.argv[1:]]
-    # The register readers decode Thrift in Python, holding the GIL; a loop woken by a PFC
-    # frame would wait up to the interpreter's switch interval (5 ms) to take it back.
-    sys.setswitchinterval(GIL_SWITCH_S)
     _set_priority(cfgs[0])  # the fabric's agent settings: the same in every file
     agents: list[SwitchAgent] = []
 
