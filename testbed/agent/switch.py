@@ -54,6 +54,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.hot: set[tuple[int, int]] = set()  # lossless queues that held packets lately
         self._sent_seen: dict[tuple[int, int], int] = {}  # sent packets at the last sample
         self.busy_until = 0.0
+        self.xoff_until: dict[tuple[int, int], float] = {}  # our pauses standing on neighbours
         # Thrift connects on first use, perhaps after the thread has left the namespace
         self.p4 = P4Registers(cfg.thrift_port, cfg.switch, cfg.netns)  # the watchdog's writes
         self.registers = RegisterReader(cfg.thrift_port, cfg.switch, cfg.netns)  # its reads
@@ -128,7 +129,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
             classes = parse_pfc(data)
             if outgoing:  # our switch paused or resumed a neighbour
                 if classes:
-                    self.on_own_pfc(classes)
+                    self.on_own_pfc(pr, classes)
                     self.next_tick = min(self.next_tick, self.clock())  # tick at once
                 continue
             if classes:

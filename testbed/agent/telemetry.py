@@ -1,10 +1,11 @@
 """Ticks and telemetry.
 
-* Ticks: every tick period, for each lossless (port, class) that holds or just held packets,
-  the agent reads the kernel's backlog and sends a tick frame into the switch through its own
-  port; the P4 program resyncs its phantom queue to it and sends XON, or refreshes XOFF,
-  toward the ports it paused. Between resyncs, timer ticks (no kernel read) let the program
-  judge its own phantom.
+* Ticks: every resync period, for each lossless (port, class) that holds or just held
+  packets, the agent reads the kernel's backlog and sends a tick frame into the switch through
+  its own port; the P4 program resyncs its phantom queue to it and sends XON, or refreshes
+  XOFF, toward the ports it paused. Every tick period between resyncs, timer ticks (no kernel
+  read) let the program judge its own phantom, for the classes on which the switch has a
+  pause standing on a neighbour.
 * Telemetry: kernel backlog, drops and sent counters per (port, class), the pause states and
   the P4 program's view of each lossless queue, every sample period, as
   :class:`testbed.results.TelemetryRow` records.
@@ -20,7 +21,7 @@ from testbed.agent.config import AgentConfig
 from testbed.agent.frames import released_bytes, tick_frame
 from testbed.agent.pause import PortRuntime
 from testbed.agent.registers import RegisterReader
-from testbed.constants import NUM_TCS, TICK_TIMER_ONLY, gate_major
+from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS, TICK_TIMER_ONLY, gate_major
 from testbed.ports import ClassStats
 from testbed.results import CsvWriter, TelemetryRow
 from testbed.tcstats import QdiscReader
@@ -44,6 +45,8 @@ class TelemetryMixin:
     hot: set[tuple[int, int]]  # lossless queues that held packets lately
     _sent_seen: dict[tuple[int, int], int]  # each lossless queue's sent packets at last sample
     busy_until: float
+    #: Per (port, class): until when (clock) the last XOFF our switch sent there holds.
+    xoff_until: dict[tuple[int, int], float]
 
     @cached_property
     def _lossless_majors(self) -> frozenset[int]:
@@ -79,15 +82,41 @@ class TelemetryMixin:
             self.busy_until = self.clock() + BUSY_HOLD_S
 
     def timer_tick(self) -> None:
-        """Between resyncs: tick the hot queues without reading the kernel; the program judges
-        its own phantom (drained at the port rate) for XON or a refreshed XOFF."""
-        for n, tc in self.hot:
-            self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, TICK_TIMER_ONLY))
-            self.stats["ticks"] += 1
+        """Between resyncs: tick the hot queues of each class for which our switch has a pause
+        standing on a neighbour, without reading the kernel; the program judges its own phantom
+        (drained at the port rate) for XON or a refreshed XOFF.
 
-    def on_own_pfc(self, classes: dict[int, int]) -> None:
-        """Our switch paused or resumed a neighbour (a PFC frame leaving one of its ports)."""
-        self.busy_until = self.clock() + BUSY_HOLD_S
+        A timer tick does nothing else (p4/lossless.p4 drops it when the queue paused no
+        port, and the phantom drains by the clock whether ticked or not), so a class with no
+        pause of ours standing gets none: they were most of the ticks, each a packet BMv2
+        interprets and a send that wakes it."""
+        standing = self._standing_xoff()
+        if not standing:
+            return
+        for n, tc in self.hot:
+            if tc in standing:
+                self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, TICK_TIMER_ONLY))
+                self.stats["ticks"] += 1
+
+    def _standing_xoff(self) -> set[int]:
+        """The classes for which a pause our switch sent is still in force on some port."""
+        now = self.clock()
+        for key in [k for k, until in self.xoff_until.items() if until <= now]:
+            del self.xoff_until[key]
+        return {tc for _port, tc in self.xoff_until}
+
+    def on_own_pfc(self, pr: PortRuntime, classes: dict[int, int]) -> None:
+        """Our switch paused or resumed a neighbour (a PFC frame leaving port ``pr``)."""
+        now = self.clock()
+        self.busy_until = now + BUSY_HOLD_S
+        quantum_s = PFC_QUANTUM_BITS / (pr.cfg.rate_mbps * 1e6)
+        for tc, quanta in classes.items():
+            if tc not in self.cfg.lossless:
+                continue
+            if quanta:  # the neighbour stops sending tc for this long, unless XON or refresh
+                self.xoff_until[pr.cfg.number, tc] = now + quanta * quantum_s
+            else:
+                self.xoff_until.pop((pr.cfg.number, tc), None)
         # An XOFF can come from the phantom while the kernel queue is already empty (and so
         # not hot): without a tick for it the program never sees the queue drained and never
         # sends the XON. Timer ticks from now on (the loop ticks at once), resyncs at their own

@@ -1,0 +1,89 @@
+"""The switch agent's timer ticks, without a switch: which queues get one, and when."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from testbed.agent.frames import TICK_BODY
+from testbed.agent.telemetry import TelemetryMixin
+from testbed.constants import PFC_QUANTUM_BITS, TICK_TIMER_ONLY
+
+RATE = 10.0
+QUANTUM_S = PFC_QUANTUM_BITS / (RATE * 1e6)
+
+
+class _Sock:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, frame: bytes) -> int:
+        self.sent.append(frame)
+        return len(frame)
+
+
+class _Agent(TelemetryMixin):
+    """The telemetry part of a switch agent with two ports, class 3 lossless, on a hand clock."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.clock = lambda: self.t
+        self.cfg = SimpleNamespace(lossless=[3], tick_src_mac="02:00:00:00:00:fe")
+        self.ports = {n: SimpleNamespace(cfg=SimpleNamespace(number=n, rate_mbps=RATE))
+                      for n in (1, 2)}
+        self.tick_sock = _Sock()
+        self.stats = {"ticks": 0}
+        self.hot = set()
+        self.busy_until = 0.0
+        self.xoff_until = {}
+
+    def timer_ticks(self) -> list[tuple[int, int]]:
+        """The (port, class) of each timer tick sent by one timer_tick()."""
+        self.tick_sock.sent.clear()
+        self.timer_tick()
+        out = []
+        for f in self.tick_sock.sent:
+            port, tc, backlog, _sent = TICK_BODY.unpack_from(f, 14)
+            assert backlog == TICK_TIMER_ONLY
+            out.append((port, tc))
+        return sorted(out)
+
+
+def test_timer_ticks_only_while_a_pause_of_ours_stands() -> None:
+    """A timer tick asks the P4 program for XON or a refreshed XOFF toward the ports the queue
+    paused; with no pause of ours standing it would be dropped there, so none is sent: not
+    before our switch pauses a neighbour, and not after its XON or once its quanta ran out."""
+    a = _Agent()
+    a.hot = {(1, 3), (2, 3)}  # queues with backlog, resynced every resync period regardless
+    assert a.timer_ticks() == []
+    # our switch sends XOFF for class 3 out of port 2 (seen leaving by the agent)
+    a.on_own_pfc(a.ports[2], {3: 100})
+    assert a.timer_ticks() == [(1, 3), (2, 3)]
+    a.t += 99 * QUANTUM_S
+    assert a.timer_ticks() == [(1, 3), (2, 3)]
+    # a refresh extends it; its XON ends it
+    a.on_own_pfc(a.ports[2], {3: 100})
+    a.t += 50 * QUANTUM_S
+    assert a.timer_ticks() == [(1, 3), (2, 3)]
+    a.on_own_pfc(a.ports[2], {3: 0})
+    assert a.timer_ticks() == []
+    # an XOFF that is neither refreshed nor ended stops the ticks when the neighbour resumes
+    a.on_own_pfc(a.ports[1], {3: 10})
+    assert a.timer_ticks() == [(1, 3), (2, 3)]
+    a.t += 10 * QUANTUM_S
+    assert a.timer_ticks() == []
+    assert a.stats["ticks"] == 8
+
+
+def test_ticks_last_while_any_port_holds_a_pause_of_the_class_and_never_for_lossy() -> None:
+    a = _Agent()
+    a.hot = {(1, 3)}
+    a.on_own_pfc(a.ports[1], {0: 100})  # not a lossless class here: no ticks for it
+    assert a.timer_ticks() == []
+    a.on_own_pfc(a.ports[1], {3: 100})
+    a.on_own_pfc(a.ports[2], {3: 100})
+    # an XOFF makes every port's queue of its class hot: which queue paused is the program's
+    assert a.hot == {(1, 3), (2, 3)}
+    a.on_own_pfc(a.ports[1], {3: 0})  # XON on one port; the other's pause still stands
+    assert a.timer_ticks() == [(1, 3), (2, 3)]
+    a.on_own_pfc(a.ports[2], {3: 0})
+    assert a.timer_ticks() == []
