@@ -5,6 +5,7 @@ agent_priority.py and agent_process.py."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -63,3 +64,15 @@ def write(out: Path, name: str, runs: list[dict], labels: list[str]) -> None:
     md = markdown(runs, labels)
     (out / f"{name}.md").write_text(md)
     print(md)
+
+
+def main(name: str, variants: dict[str, dict], rates: str) -> None:
+    """A benchmark's command line: ``--rates`` (Mbit/s, comma-separated), ``--pairs`` (runs
+    of each variant), ``--out``; writes ``name``.json and ``name``.md."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
+    ap.add_argument("--rates", default=rates, help="link rates (Mbit/s)")
+    ap.add_argument("--pairs", type=int, default=3)
+    args = ap.parse_args()
+    runs = interleaved(variants, [float(r) for r in args.rates.split(",")], args.pairs)
+    write(args.out, name, runs, list(variants))

@@ -8,13 +8,12 @@ Writes agent_priority.json and agent_priority.md to benchmarks/out.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.agent_ab import interleaved, write  # noqa: E402
+from benchmarks.agent_ab import main  # noqa: E402
 
 #: The real-time priority tried against none (any value above the hosts' and BMv2's, which
 #: run SCHED_OTHER, acts the same).
@@ -22,15 +21,5 @@ RT = 10
 VARIANTS = {f"SCHED_FIFO {RT}": {"realtime_priority": RT}, "nice alone": {"realtime_priority": 0}}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
-    ap.add_argument("--rates", default="10,15", help="link rates (Mbit/s)")
-    ap.add_argument("--pairs", type=int, default=3)
-    args = ap.parse_args()
-    runs = interleaved(VARIANTS, [float(r) for r in args.rates.split(",")], args.pairs)
-    write(args.out, "agent_priority", runs, list(VARIANTS))
-
-
 if __name__ == "__main__":
-    main()
+    main("agent_priority", VARIANTS, rates="10,15")
