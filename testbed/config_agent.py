@@ -78,8 +78,8 @@ class AgentConfig(_Strict):
         "hosts, as a MAC answers it in hardware: for faster links (10 at 15 Mbit/s halved the "
         "flagged runs); at 10 Mbit/s it costs big fabrics BMv2's time (README: How fast it goes).")
     one_process: bool = Field(False, description="One agent process for every switch, "
-        "opening each switch's sockets inside its namespace: brings a 2x4x2 fabric up 0.8 s "
-        "sooner and takes 12% less CPU under incast, but a PFC frame waits behind the other "
-        "switches' work (pause reaction p99 2.6 ms against 1.9 ms; README: How fast it goes). "
+        "opening each switch's sockets inside its namespace: its agents start in a third of "
+        "the time and take 6-17% less CPU under incast, but a PFC frame waits behind the other "
+        "switches' work (pause reaction p99 2.6 ms against 1.7 ms; README: How fast it goes). "
         "False: a process per switch, inside its namespace.")
     pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)
