@@ -1,5 +1,7 @@
 """The switch agent: what a switch OS does in software, one process per switch, inside the
-switch's network namespace. Its jobs, one module each:
+switch's network namespace, or one process for every switch, which opens each switch's sockets
+inside its namespace (:mod:`~testbed.agent.netns`; config ``agent.one_process``). Its jobs, one
+module each:
 
 * :mod:`~testbed.agent.pause`: PFC frames arriving on a port close and open that port's class
   gates (the MAC's job in a real switch); every pause is an event.
@@ -13,8 +15,8 @@ switch's network namespace. Its jobs, one module each:
 What it writes is :mod:`testbed.results`'s: ``<switch>.telemetry.csv``, ``<switch>.events.csv``
 and ``<switch>.pfcwd.json``.
 
-Run by the testbed as ``python -m testbed.agent CONFIG.json``; the config is written by
-:func:`agent_config`.
+Run by the testbed as ``python -m testbed.agent CONFIG.json [CONFIG.json ...]``, one config
+per switch; each is written by :func:`agent_config`.
 """
 
 from testbed.agent.config import AgentConfig, AgentPort, agent_config
