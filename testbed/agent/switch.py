@@ -12,7 +12,6 @@ import signal
 import socket
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.agent.config import AgentConfig
@@ -207,9 +206,13 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        # in parallel: closing a packet socket waits out an RCU grace period (packet(7)),
-        # which one process would otherwise wait for a socket at a time
-        with ThreadPoolExecutor(max(1, len(agents))) as pool:
-            list(pool.map(SwitchAgent.close, agents))
+        if len(agents) <= 1:
+            for a in agents:
+                a.close()
+        else:  # in parallel: closing a packet socket waits out an RCU grace period
+            from concurrent.futures import ThreadPoolExecutor  # (packet(7)), one at a time here
+
+            with ThreadPoolExecutor(len(agents)) as pool:
+                list(pool.map(SwitchAgent.close, agents))
         for a in agents:
             print(json.dumps({"switch": a.cfg.switch, **a.stats}), flush=True)
