@@ -178,6 +178,32 @@ def test_ticks_for_a_backlogged_lossless_queue(agent_ns) -> None:
     assert "88b6 0001 03" in hexdump.replace("  ", " "), cap.stdout[:400]
 
 
+def test_telemetry_samples_the_classes_traffic_can_reach_and_every_class_last(
+        tmp_path: Path) -> None:
+    """Each sample has a row per port for the classes a packet can join (the default map's 3
+    and 6, the default class 0; 3 is lossless) and for a class PFC named (4 here); the five
+    others never hold, send or drop anything until they are named. The last sample, as the
+    agent stops, has all eight, so every class's totals are on record."""
+    gen = _agent_ns(tmp_path, None)
+    ns, tmp = next(gen)
+    try:
+        send_from_peer(ns, [pfc_frame("02:00:00:00:00:01", {4: 100})])
+        wait_for(lambda: any(e.tc == 4 for e in events(tmp)), timeout=3)
+        time.sleep(0.25)  # a few samples (every 50 ms here) after the pause
+    finally:
+        with contextlib.suppress(StopIteration):
+            next(gen)  # stops the agent
+    by_t: dict[float, set[int]] = {}
+    for r in read_telemetry(telemetry_path(tmp, "sw")):
+        by_t.setdefault(r.t_s, set()).add(r.tc)
+    samples = [by_t[t] for t in sorted(by_t)]
+    assert len(samples) >= 5
+    assert samples[0] == {0, 3, 6}
+    assert {0, 3, 4, 6} in samples[:-1]  # once class 4 was paused
+    assert all(s in ({0, 3, 6}, {0, 3, 4, 6}) for s in samples[:-1])
+    assert samples[-1] == set(range(8))
+
+
 def test_tick_frame_layout() -> None:
     f = tick_frame("02:00:00:00:00:fe", 7, 3, 12345)
     assert len(f) == 60 and f[12:14] == ETH_P_TICK.to_bytes(2, "big")

@@ -141,7 +141,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         for pr in self.ports.values():  # the loop is over: open() waits for tc itself now
             pr.gates.kick_when_applied = False
         with contextlib.suppress(Exception):
-            self.sample()
+            self.sample(every_class=True)
         self.registers.stop()
         for pr in self.ports.values():
             for tc in range(NUM_TCS):

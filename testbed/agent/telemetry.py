@@ -8,7 +8,9 @@
   pause standing on a neighbour.
 * Telemetry: kernel backlog, drops and sent counters per (port, class), the pause states and
   the P4 program's view of each lossless queue, every sample period, as
-  :class:`testbed.results.TelemetryRow` records.
+  :class:`testbed.results.TelemetryRow` records: for the classes traffic can reach (the DSCP
+  map's, the default class), the lossless classes and any class PFC named; the last sample,
+  when the agent stops, has every class.
 """
 
 from __future__ import annotations
@@ -53,15 +55,34 @@ class TelemetryMixin:
         """The lossless classes' gate handles (majors): what a resync tick reads."""
         return frozenset(gate_major(tc) for tc in self.cfg.lossless)
 
-    def _backlogs(self, lossless_only: bool = False) -> dict[int, dict[int, ClassStats]]:
-        """Every port's classes (or its lossless classes alone), from one netlink dump."""
-        dump = self.reader.dump(self._lossless_majors if lossless_only else None)
+    @cached_property
+    def _reachable_majors(self) -> frozenset[int]:
+        """The gates of the classes a packet can join: the DSCP map's classes, the default
+        class (the kernel's and the P4 program's classifiers use the same map), and the
+        lossless classes. Under the default map that is 3 of the 8: the other five gates
+        never hold, send or drop a packet, yet their rows were most of each sample's cost
+        (parsing them from the dump, writing them)."""
+        tcs = {tc for _dscp, tc in self.cfg.dscp_to_tc} | {self.cfg.default_tc}
+        return frozenset(gate_major(tc) for tc in tcs | set(self.cfg.lossless))
+
+    def _sampled_majors(self) -> frozenset[int]:
+        """The reachable classes, and any other class a PFC frame has named on some port (a
+        storm injected on a class no DSCP maps to is still seen pausing it)."""
+        named = {gate_major(tc) for pr in self.ports.values()
+                 for tc, ps in enumerate(pr.pause) if ps.frames}
+        return self._reachable_majors | named if named else self._reachable_majors
+
+    def _backlogs(self, majors: frozenset[int] | None = None
+                  ) -> dict[int, dict[int, ClassStats]]:
+        """Every port's classes (or those whose gate is in ``majors``), from one netlink
+        dump."""
+        dump = self.reader.dump(majors)
         return {n: pr.gates.stats(dump) for n, pr in self.ports.items()}
 
     def tick(self, stats: dict[int, dict[int, ClassStats]] | None = None) -> None:
         """Resync tick: read the kernel (one dump) and tick every lossless queue that holds, or
         just held, packets with its backlog. Queues with a backlog become "hot"."""
-        stats = stats if stats is not None else self._backlogs(lossless_only=True)
+        stats = stats if stats is not None else self._backlogs(self._lossless_majors)
         for n in self.ports:
             for tc in self.cfg.lossless:
                 st = stats[n].get(tc)
@@ -142,10 +163,12 @@ class TelemetryMixin:
                 self._sent_seen[key] = st.sent_packets
         return busy
 
-    def sample(self) -> None:
+    def sample(self, every_class: bool = False) -> None:
+        """Write a row per (port, class) sampled (every class when ``every_class``: the
+        last sample, so that each class's totals are on record)."""
         now = self.clock()
         t_s = self.now()
-        backlogs = self._backlogs()
+        backlogs = self._backlogs(None if every_class else self._sampled_majors())
         self.registers.ask(self._busy_lossless(backlogs))
         views, lag = self.registers.take()
         if now >= self.busy_until:
