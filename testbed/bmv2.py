@@ -58,6 +58,8 @@ class Bmv2Options:
             cmd += ["-i", f"{port}@{intf}"]
         if self.log:
             cmd += ["--log-console", "--log-level", "debug"]
+        else:  # BMv2's default level (trace) formats every packet's messages for no sink
+            cmd += ["--log-level", "off"]
         cmd += ["--no-p4", *self.extra, "--",
                 "--grpc-server-addr", self.grpc_addr,
                 "--priority-queues", str(self.priority_queues)]

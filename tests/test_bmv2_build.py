@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from testbed.bmv2 import Bmv2Options
 from testbed.bmv2_build import BuildError, select
 from testbed.config import ConfigError
 from testbed.validate import parse_config
@@ -39,3 +42,20 @@ def test_a_log_on_the_fast_build_is_refused_in_the_config() -> None:
         parse_config({"switch": {"log": True, "build": "fast"}})
     assert "switch.build is fast, a BMv2 build with no packet log" in str(err.value)
     assert parse_config({"switch": {"log": True}}).switch.build == "auto"
+
+
+def test_a_switch_without_a_log_runs_with_logging_off() -> None:
+    """BMv2's default log level is trace, with or without a place to log to: the default
+    build then formats every packet's log messages for nothing, half of its instructions per
+    packet (benchmarks/out/capacity.md). Without switch.log the level is off; with it, debug
+    to the console the switch's log file is copied from."""
+    opts = Bmv2Options(name="s1", device_id=1, ports={1: "s1-eth1"}, binary="/bin/ss",
+                       grpc_socket=Path("/tmp/s1.grpc"), log_path=Path("/tmp/s1.log"))
+    cmd = opts.command()
+    bm_args = cmd[:cmd.index("--")]  # the target's own options end at "--"
+    assert bm_args[bm_args.index("--log-level") + 1] == "off"
+    assert "--log-console" not in bm_args
+    opts.log = True
+    bm_args = opts.command()[:opts.command().index("--")]
+    assert bm_args[bm_args.index("--log-level") + 1] == "debug"
+    assert "--log-console" in bm_args
