@@ -54,7 +54,10 @@ class Harness:
 @contextlib.contextmanager
 def bmv2_harness(n_ports: int = 4, device_id: int = 1,
                  extra_ports: tuple[int, ...] = (),
-                 build: BuildChoice = "auto") -> Iterator[Harness]:
+                 build: BuildChoice = "auto", binary: str | None = None,
+                 ready_timeout: float = 15.0) -> Iterator[Harness]:
+    """``binary``: what to start in the build's place (a wrapper, e.g. under valgrind), which
+    may take up to ``ready_timeout`` seconds to accept gRPC."""
     ns = f"roce-ptf-{uuid.uuid4().hex[:6]}"
     tmp = Path(tempfile.mkdtemp(prefix="roce-ptf-"))
     sh("ip", "netns", "add", ns)
@@ -74,11 +77,11 @@ def bmv2_harness(n_ports: int = 4, device_id: int = 1,
                                capture_output=True)
         opts = Bmv2Options(name=f"ptf-{device_id}", device_id=device_id,
                            ports={p: f"sw{p}" for p in ports},
-                           binary=bmv2_build.select(build, log=False).binary,
+                           binary=binary or bmv2_build.select(build, log=False).binary,
                            grpc_socket=tmp / "sw.grpc", log_path=tmp / "sw.log")
         proc = Bmv2Process(opts)
         proc.start(lambda cmd, **kw: subprocess.Popen(["ip", "netns", "exec", ns, *cmd], **kw))
-        proc.wait_ready(15)
+        proc.wait_ready(ready_timeout)
         builder = EntryBuilder(load_p4info())
         sess = SwitchSession(opts.name, device_id, opts.grpc_addr, builder)
         sess.connect()

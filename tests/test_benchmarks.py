@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import capacity  # noqa: E402
@@ -71,3 +73,30 @@ def test_agent_ab_table_gives_each_variants_medians_and_ranges() -> None:
     rows = [ln for ln in md.splitlines() if ln.startswith("| 10 Mbit/s")]
     assert rows == ["| 10 Mbit/s | per | 200 (200-200) | 1900 (1800-2000) | 8.0% | 32.0% |",
                     "| 10 Mbit/s | one | 200 (200-200) | 2600 (2500-3000) | 8.0% | 29.0% |"]
+
+
+def test_bmv2_instructions_per_packet_and_table() -> None:
+    """The large run's extra instructions over its extra packets; a run that forwarded no
+    more is an error, not a division by zero; the table gives plain / full per build."""
+    import bmv2_instructions as bi
+
+    assert bi.per_packet((100, 400), (1_000_000, 4_000_000)) == 10_000
+    with pytest.raises(ValueError, match="no more packets"):
+        bi.per_packet((100, 100), (1, 2))
+    ms = [bi.Measurement("default", "full", "off", (100, 400), (0, 0), 500_000),
+          bi.Measurement("default", "plain", "off", (100, 400), (0, 0), 300_000),
+          bi.Measurement("fast", "full", "off", (100, 400), (0, 0), 250_000)]
+    table = bi.markdown(ms)
+    assert "| default | off | 500,000 | 300,000 | 0.600 |" in table
+    assert "| fast | off | 250,000 | - | - |" in table
+
+
+def test_callgrind_total_reads_the_summary(tmp_path: Path) -> None:
+    import bmv2_instructions as bi
+
+    f = tmp_path / "cg.out"
+    f.write_text("version: 1\ncreator: callgrind\nevents: Ir\nfn=main\n1 5\nsummary: 12345\n")
+    assert bi.callgrind_total(f) == 12345
+    f.write_text("version: 1\n")
+    with pytest.raises(ValueError, match="no callgrind summary"):
+        bi.callgrind_total(f)
