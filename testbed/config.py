@@ -146,8 +146,8 @@ class SwitchConfig(_Strict):
     )
     build: BuildChoice = Field(
         "auto", description="Which BMv2 build the switches run: 'fast' (configured with "
-        "--disable-logging-macros --disable-elogger, -O3: several times the packets per "
-        "second, no packet log), 'default' (the p4lang packages' build, which can log), or "
+        "--disable-logging-macros --disable-elogger, -O3: half the instructions per packet, "
+        "no packet log), 'default' (the p4lang packages' build, which can log), or "
         "'auto': the fast build when it is installed and switch.log is off. A real switch's "
         "pipeline has no counterpart: this is how fast the emulation can go (see "
         "benchmarks/capacity.py).")
