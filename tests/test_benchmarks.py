@@ -100,3 +100,12 @@ def test_callgrind_total_reads_the_summary(tmp_path: Path) -> None:
     f.write_text("version: 1\n")
     with pytest.raises(ValueError, match="no callgrind summary"):
         bi.callgrind_total(f)
+
+
+def test_all_to_all_is_every_host_to_every_other() -> None:
+    (spines, leaves, per_leaf), pairs = capacity.SHAPES["all-to-all on 2x4x2"]
+    hosts = leaves * per_leaf
+    assert (spines, hosts) == (2, 8)
+    assert len(pairs) == len(set(pairs)) == hosts * (hosts - 1)
+    assert all(s != d for s, d in pairs)
+    assert {s for s, _d in pairs} == {d for _s, d in pairs} == {f"h{i}" for i in range(1, 9)}
