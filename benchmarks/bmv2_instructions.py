@@ -94,21 +94,10 @@ def callgrind_total(path: Path) -> int:
     raise ValueError(f"{path}: no callgrind summary")
 
 
-def _plain_program(tmp: Path) -> tuple[Path, Path]:
-    from testbed.control import P4_DIR
-
-    subprocess.run(["p4c-bm2-ss", "-DPLAIN_FORWARDING", "--p4runtime-files",
-                    str(tmp / "p.txtpb"), "-o", str(tmp / "p.json"), "roce_switch.p4"],
-                   cwd=P4_DIR, check=True, capture_output=True)
-    return tmp / "p.txtpb", tmp / "p.json"
-
-
 def _run(build: str, plain: bool, level: str, n: int) -> tuple[int, int]:
     """Forward n packets through one switch under callgrind: (forwarded, instructions)."""
+    from benchmarks.lossless import program_dut
     from testbed import bmv2_build
-    from testbed.config import FabricConfig
-    from testbed.control import build_switch_program, lossless_entries
-    from testbed.topology import NextHop, Port, Route, Switch
     from tests.dataplane import bmv2_harness
 
     with tempfile.TemporaryDirectory(prefix="roce-callgrind-") as d:
@@ -121,18 +110,7 @@ def _run(build: str, plain: bool, level: str, n: int) -> tuple[int, int]:
         wrapper.chmod(0o755)
         with bmv2_harness(2, build=build, binary=str(wrapper),  # type: ignore[arg-type]
                           ready_timeout=300) as h:
-            if plain:
-                h.session.push_pipeline(*_plain_program(tmp))
-            sw = Switch("dut", "leaf", 1, 1)
-            sw.ports = {p: Port(p, f"02:4c:00:01:00:0{p}", "x", 1, 10.0) for p in (1, 2)}
-            routes = [Route("10.0.2.0/24", (NextHop(2, "02:4c:00:01:00:02",
-                                                    "02:00:0a:00:02:01"),))]
-            prog = build_switch_program(h.builder, sw, routes, FabricConfig())
-            if plain:  # the plain program has no lossless tables: routes and classes only
-                lossless = {e.SerializeToString()
-                            for e in lossless_entries(h.builder, sw, FabricConfig())}
-                prog.insert = [e for e in prog.insert if e.SerializeToString() not in lossless]
-            h.session.apply(prog)
+            program_dut(h, plain, tmp)
             r = subprocess.run(["ip", "netns", "exec", h.ns, sys.executable, "-c", SEND, str(n)],
                                capture_output=True, text=True, timeout=1800, check=True)
         # the harness has stopped the switch: callgrind wrote its file on the way out

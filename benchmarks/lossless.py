@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.analysis import pause_reactions_us  # noqa: E402
 from testbed.config import FabricConfig  # noqa: E402
-from testbed.control import P4_DIR, build_switch_program  # noqa: E402
+from testbed.control import P4_DIR, build_switch_program, lossless_entries  # noqa: E402
 from testbed.fabric import Fabric  # noqa: E402
 from testbed.topology import NextHop, Port, Route, Switch, build_topology  # noqa: E402
 from tests.dataplane import bmv2_harness  # noqa: E402
@@ -73,29 +73,33 @@ print(got, max(t, 1e-3))
 """
 
 
-def forwarding_pps(plain: bool, n: int = 6000, size: int = 512, build: str = "auto") -> float:
-    if plain:
-        tmp = Path(tempfile.mkdtemp())
-        subprocess.run(["p4c-bm2-ss", "-DPLAIN_FORWARDING", "--p4runtime-files",
-                        str(tmp / "p.txtpb"), "-o", str(tmp / "p.json"), "roce_switch.p4"],
-                       cwd=P4_DIR, check=True, capture_output=True)
-        paths = (tmp / "p.txtpb", tmp / "p.json")
-    else:
-        paths = None
-    with bmv2_harness(2, build=build) as h:
-        if paths:
-            h.session.push_pipeline(*paths)
-        sw = Switch("dut", "leaf", 1, 1)
-        sw.ports = {p: Port(p, f"02:4c:00:01:00:0{p}", "x", 1, 10.0) for p in (1, 2)}
-        routes = [Route("10.0.2.0/24", (NextHop(2, "02:4c:00:01:00:02", "02:00:0a:00:02:01"),))]
-        prog = build_switch_program(h.builder, sw, routes, FabricConfig())
-        if plain:  # the plain program has no lossless tables: routes and classes only
-            from testbed.control import lossless_entries
+def plain_program(tmp: Path) -> tuple[Path, Path]:
+    """Our program built without the lossless control (-DPLAIN_FORWARDING): P4Info, JSON."""
+    subprocess.run(["p4c-bm2-ss", "-DPLAIN_FORWARDING", "--p4runtime-files",
+                    str(tmp / "p.txtpb"), "-o", str(tmp / "p.json"), "roce_switch.p4"],
+                   cwd=P4_DIR, check=True, capture_output=True)
+    return tmp / "p.txtpb", tmp / "p.json"
 
-            lossless_ids = {e.SerializeToString() for e in lossless_entries(h.builder, sw,
-                                                                            FabricConfig())}
-            prog.insert = [e for e in prog.insert if e.SerializeToString() not in lossless_ids]
-        h.session.apply(prog)
+
+def program_dut(h, plain: bool, tmp: Path) -> None:
+    """Program the harness's switch to forward 10.0.2.0/24 from port 1 to port 2, with the
+    full program or (``plain``) the plain one, whose entries are the routes and classes."""
+    if plain:
+        h.session.push_pipeline(*plain_program(tmp))
+    sw = Switch("dut", "leaf", 1, 1)
+    sw.ports = {p: Port(p, f"02:4c:00:01:00:0{p}", "x", 1, 10.0) for p in (1, 2)}
+    routes = [Route("10.0.2.0/24", (NextHop(2, "02:4c:00:01:00:02", "02:00:0a:00:02:01"),))]
+    prog = build_switch_program(h.builder, sw, routes, FabricConfig())
+    if plain:  # the plain program has no lossless tables
+        lossless_ids = {e.SerializeToString() for e in lossless_entries(h.builder, sw,
+                                                                        FabricConfig())}
+        prog.insert = [e for e in prog.insert if e.SerializeToString() not in lossless_ids]
+    h.session.apply(prog)
+
+
+def forwarding_pps(plain: bool, n: int = 6000, size: int = 512, build: str = "auto") -> float:
+    with tempfile.TemporaryDirectory() as tmp, bmv2_harness(2, build=build) as h:
+        program_dut(h, plain, Path(tmp))
         r = subprocess.run(["ip", "netns", "exec", h.ns, sys.executable, "-c", BLAST, str(n),
                             str(size)], capture_output=True, text=True, timeout=300)
     got, t = r.stdout.split()
