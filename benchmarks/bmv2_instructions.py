@@ -30,19 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.lossless import FRAME, program_dut  # noqa: E402
+
+#: The size of each packet sent (bytes on the wire, before the FCS).
+PACKET_BYTES = 512
+
 #: One RoCE packet at a time into port 1, each forwarded to port 2 before the next goes.
-SEND = r"""
-import socket, struct, sys
-n, size = int(sys.argv[1]), 512
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("ptf1", 0))
-r = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); r.bind(("ptf2", 0))
-ip = struct.pack("!BBHHHBBH4s4s", 0x45, 26 << 2 | 2, size - 14, 0, 0x4000, 64, 17, 0,
-                 bytes([10, 0, 9, 9]), bytes([10, 0, 2, 1]))
-c = sum(struct.unpack("!10H", ip))
-while c >> 16: c = (c & 0xffff) + (c >> 16)
-ip = ip[:10] + struct.pack("!H", ~c & 0xffff) + ip[12:]
-f = bytes.fromhex("024c00010001") + bytes.fromhex("02000a000909") + b"\x08\x00" + ip
-f += struct.pack("!HHHH", 50000, 4791, size - 34, 0) + bytes(size - len(f) - 8)
+SEND = FRAME + r"""
 got = 0
 for _ in range(n):
     s.send(f)
@@ -96,7 +90,6 @@ def callgrind_total(path: Path) -> int:
 
 def _run(build: str, plain: bool, level: str, n: int) -> tuple[int, int]:
     """Forward n packets through one switch under callgrind: (forwarded, instructions)."""
-    from benchmarks.lossless import program_dut
     from testbed import bmv2_build
     from tests.dataplane import bmv2_harness
 
@@ -111,8 +104,9 @@ def _run(build: str, plain: bool, level: str, n: int) -> tuple[int, int]:
         with bmv2_harness(2, build=build, binary=str(wrapper),  # type: ignore[arg-type]
                           ready_timeout=300) as h:
             program_dut(h, plain, tmp)
-            r = subprocess.run(["ip", "netns", "exec", h.ns, sys.executable, "-c", SEND, str(n)],
-                               capture_output=True, text=True, timeout=1800, check=True)
+            r = subprocess.run(["ip", "netns", "exec", h.ns, sys.executable, "-c", SEND, str(n),
+                                str(PACKET_BYTES)], capture_output=True, text=True,
+                               timeout=1800, check=True)
         # the harness has stopped the switch: callgrind wrote its file on the way out
         return int(r.stdout.split()[0]), callgrind_total(out)
 

@@ -43,6 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -142,8 +143,7 @@ def _load(cfg, pairs: list[tuple[str, str]], rate: float, incast_s: float, tmp: 
     msg = 16384
     # sized so that the busiest link (a receiver's, or for all-to-all every host's) carries
     # about incast_s seconds of it at the line rate
-    fan = max(max(sum(d == r for _s, d in pairs) for _x, r in pairs),
-              max(sum(s == x for s, _d in pairs) for x, _r in pairs))
+    fan = max(*Counter(d for _s, d in pairs).values(), *Counter(s for s, _d in pairs).values())
     count = max(4, int(rate * 1e6 / 8 * incast_s / fan / msg))
     with Fabric(cfg, topo, tmp) as fabric:
         eps = fabric.start_endpoints(["--no-dcqcn"])
@@ -201,7 +201,7 @@ def judge(cfg, run_dir: Path, qps: list[dict], counters, done: bool, per_qp: int
     reactions = sorted(pause_reactions_us(run_dir))
     frame = roce_frame_bytes(cfg.fabric.mtu)
     # the busiest host link's bytes over what the line rate carries in the time taken
-    util = per_qp * m.get("fan", len(qps)) * 8 / (m["rate"] * 1e6 * m["elapsed_s"])
+    util = per_qp * m["fan"] * 8 / (m["rate"] * 1e6 * m["elapsed_s"])
     delivered_pkts = max(1, sum(q.get("packets", 0) for q in qps))
     tel = json.loads((run_dir / "telemetry" / "summary.json").read_text())
     figs = {
@@ -224,12 +224,12 @@ def judge(cfg, run_dir: Path, qps: list[dict], counters, done: bool, per_qp: int
         "delivered": done and not bad_qps and len(qps) > 0,
         "lossless_drops": figs["kernel_drops"] == 0 and p4_drops == 0,
         "hidden_loss": figs["hidden_loss"] == 0,
-        "pfc_sent": figs["pfc_frames"] > 0 or not m.get("incast", True),
+        "pfc_sent": figs["pfc_frames"] > 0 or not m["incast"],
         "drift_p99": figs["drift_p99_bytes"] is not None
         and figs["drift_p99_bytes"] <= DRIFT_FRAMES * frame,
         "reaction_p99": figs["reaction_p99_us"] is None
         or figs["reaction_p99_us"] <= cfg.qos.pfc.reaction_ms * 1000,
-        "utilization": util >= UTILIZATION_MIN or not m.get("incast", True),
+        "utilization": util >= UTILIZATION_MIN or not m["incast"],
     }
     failed = [k for k, v in checks.items() if not v]
     return Trial(m["rate"], not failed, failed, figs)

@@ -35,12 +35,14 @@ from testbed.topology import NextHop, Port, Route, Switch, build_topology  # noq
 from tests.dataplane import bmv2_harness  # noqa: E402
 from traffic.flows import FlowRunner, FlowSpec  # noqa: E402
 
-BLAST = r"""
+#: The start of a sender script run inside the harness's namespace (argv: packets, size):
+#: a socket on ptf1 to send, one on ptf2 to count what the switch forwarded, and ``f``, a
+#: RoCE data frame (DSCP 26, class 3, ECT) routed from port 1 to port 2 by program_dut.
+FRAME = r"""
 import socket, struct, sys, time
 n, size = int(sys.argv[1]), int(sys.argv[2])
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("ptf1", 0))
 r = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); r.bind(("ptf2", 0))
-r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20); r.settimeout(1.0)
 ip = struct.pack("!BBHHHBBH4s4s", 0x45, 26 << 2 | 2, size - 14, 0, 0x4000, 64, 17, 0,
                  bytes([10, 0, 9, 9]), bytes([10, 0, 2, 1]))
 def csum(h):
@@ -50,6 +52,10 @@ def csum(h):
 ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
 f = bytes.fromhex("024c00010001") + bytes.fromhex("02000a000909") + b"\x08\x00" + ip
 f += struct.pack("!HHHH", 50000, 4791, size - 34, 0) + bytes(size - len(f) - 8)
+"""
+
+BLAST = FRAME + r"""
+r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20); r.settimeout(1.0)
 got = 0
 def drain(upto):
     # count what came out on ptf2 until upto frames are in, or the port goes quiet for 1 s
