@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -264,9 +265,12 @@ def capacity(shape: str, mtu: int, build: str, args, log: list[dict]) -> dict:
             "all_checks_mbps": strict, "tried": tried, "decided_on": sorted(decide)}
 
 
-def _costs(build: str) -> dict:
-    """The other benchmarks' figures for one build, in the same run (benchmarks/lossless.py):
-    BMv2's forwarding rate with the full program over plain forwarding, the agents' CPU."""
+def _costs(build: str, instructions: bool = True) -> dict:
+    """The other benchmarks' figures for one build, in the same run (benchmarks/lossless.py,
+    benchmarks/bmv2_instructions.py): BMv2's forwarding rate with the full program over plain
+    forwarding, the same in instructions per packet (exact where packets per second swing by a
+    third from run to run on this machine; None without valgrind or with ``instructions``
+    False), and the agents' CPU."""
     from benchmarks.lossless import fabric_measures, forwarding_pps
     from testbed.state import fabric_lock
 
@@ -274,8 +278,23 @@ def _costs(build: str) -> dict:
         full, plain = forwarding_pps(False, build=build), forwarding_pps(True, build=build)
     with fabric_lock():
         agents = fabric_measures(build=build)
+    counted: dict = {"full_instructions": None, "plain_instructions": None}
+    if instructions and shutil.which("valgrind"):
+        from benchmarks.bmv2_instructions import measure
+
+        with fabric_lock():
+            counted = {f"{p}_instructions": measure(build, p, "off", 100, 400).per_packet
+                       for p in ("full", "plain")}
     return {"full_pps": round(full), "plain_pps": round(plain), "ratio": round(full / plain, 3),
-            **agents}
+            **counted, **agents}
+
+
+def _instructions(c: dict) -> str:
+    """The cost table's instructions cell: full / plain (plain over full), or why none."""
+    full, plain = c.get("full_instructions"), c.get("plain_instructions")
+    if not (full and plain):
+        return "not counted"
+    return f"{full:,} / {plain:,} ({plain / full:.3f})"
 
 
 def _find(results: list[dict], shape: str, frames: str, build: str) -> dict | None:
@@ -318,15 +337,17 @@ def markdown(results: list[dict], costs: dict, trials: list[dict],
                     cells.append(_all_checks(_find(before, shape, frames, b)))
                 cells.append(_cell(_find(results, shape, frames, b)))
             lines.append(f"| {shape} | {frames} | " + " | ".join(cells) + " |")
-    lines += ["", "| build | BMv2 pps full / plain (ratio) | agents' CPU idle / 4:1 incast on "
-              "2x4x2 | endpoint CPU per delivered packet (median over passing trials) |",
-              "|---|---|---|---|"]
+    lines += ["", "| build | BMv2 pps full / plain (ratio) | BMv2 instructions per packet full / "
+              "plain (ratio) | agents' CPU idle / 4:1 incast on 2x4x2 | endpoint CPU per "
+              "delivered packet (median over passing trials) |",
+              "|---|---|---|---|---|"]
     for b, c in costs.items():
         per_pkt = [t["figures"]["endpoint_cpu_us_per_pkt"] for t in trials
                    if t["build"] == b and t["passed"]]
         lines.append(f"| {b} | {c['full_pps']} / {c['plain_pps']} ({c['ratio']}) | "
-                     f"{c['agent_cpu_idle_cores']:.1%} / {c['agent_cpu_incast_cores']:.1%} of a "
-                     f"core | {statistics.median(per_pkt) if per_pkt else '-'} us |")
+                     f"{_instructions(c)} | {c['agent_cpu_idle_cores']:.1%} / "
+                     f"{c['agent_cpu_incast_cores']:.1%} of a core | "
+                     f"{statistics.median(per_pkt) if per_pkt else '-'} us |")
     return "\n".join(lines) + "\n"
 
 
@@ -347,6 +368,8 @@ def main() -> None:
     ap.add_argument("--incast-s", type=float, default=4.0)
     ap.add_argument("--decide", default=",".join(CHECKS),
                     help=f"the checks that decide a rate (of {', '.join(CHECKS)})")
+    ap.add_argument("--no-instructions", action="store_true", help="skip counting BMv2's "
+                    "instructions per packet (valgrind, about 4 minutes a build)")
     ap.add_argument("--tag", default="capacity", help="output file name")
     ap.add_argument("--before", type=Path, help="an earlier run's capacity.json, whose "
                     "capacity on every check the table shows beside this run's")
@@ -365,7 +388,7 @@ def main() -> None:
     interrupt_on_sigterm()  # a stopped benchmark tears its fabric down, as Ctrl-C does
     args.out.mkdir(parents=True, exist_ok=True)
     builds = args.builds.split(",")
-    costs = {b: _costs(b) for b in builds}
+    costs = {b: _costs(b, not args.no_instructions) for b in builds}
     print(json.dumps(costs, indent=2), flush=True)
     results: list[dict] = []
     trials: list[dict] = []

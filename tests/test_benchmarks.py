@@ -39,7 +39,11 @@ def test_the_table_puts_the_earlier_runs_capacity_on_every_check_beside_this_one
     assert "| default build, before | default build, now |" in md
     assert f"| {shape} | {frames} | 10 Mbit/s | 17.5 Mbit/s |" in md
     assert "| 6:1 on 2x4x2 | 4 KB frames | not run | not run |" in md
-    assert "| default | 5000 / 8000 (0.625) | 6.0% / 25.0% of a core | - us |" in md
+    assert "| default | 5000 / 8000 (0.625) | not counted | 6.0% / 25.0% of a core | - us |" in md
+    costs["default"] |= {"full_instructions": 536304, "plain_instructions": 308708}
+    md = capacity.markdown(now, costs, [], before)
+    assert ("| default | 5000 / 8000 (0.625) | 536,304 / 308,708 (0.576) | 6.0% / 25.0% of a "
+            "core | - us |") in md
 
 
 def test_scenario_rates_counts_faithful_runs_and_spans_the_guards_figures() -> None:
