@@ -6,7 +6,7 @@ port, the watchdog, the switch's namespace), starts the agents, waits until each
 its sockets and its event log, and stops them.
 
 One process starts one interpreter instead of one per switch, and its sockets, opened inside
-each switch's namespace, keep working from outside (testbed.agent.netns); but it serves the
+each switch's namespace, keep working from outside (testbed.netns); but it serves the
 switches' PFC frames one after another, behind their samples and ticks, so a process per
 switch stays the default (benchmarks/agent_process.py measures both).
 """

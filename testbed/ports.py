@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
-from collections.abc import Callable
+import sys
 from dataclasses import dataclass
 
 from testbed.constants import ETH_P_MAC_CONTROL, NUM_TCS, gate_class, gate_major
+from testbed.netns import inside
+from testbed.qdisc_netlink import QdiscSocket, delete_request, tbf_request
 
 CONTROL_CLASSID = 0x20
 #: A class whose queue keeps nothing: a "kick" frame sent into it makes the kernel run the
@@ -130,148 +131,17 @@ class ClassStats:
     sent_packets: int
 
 
-@dataclass
-class _Waiting:
-    """A call waiting for tc's answer to its marker (TcBatch.when_applied)."""
-
-    call: Callable[[], None]
-    written: float  # when its marker was written (monotonic)
-    ran: bool = False
-
-    def run(self) -> None:
-        self.ran = True
-        self.call()
-
-
-class TcBatch:
-    """One long-lived `tc -force -batch -` process: a gate change is a line written to its stdin.
-
-    pyroute2's tbf request is refused by the kernel at 1 kbit/s with a jumbo burst (every frame
-    is dropped at enqueue, while the same change through `tc` holds them), and forking `tc` per
-    change costs milliseconds of CPU; a kept process costs neither.
-
-    When a change has taken effect: tc runs the lines in order, so a marker line answers once
-    every line before it is applied. The marker asks for a device that does not exist, and tc
-    (with -force) says so on its unbuffered stderr and goes on; any other line there is a
-    failed command, passed on to our stderr (the agent's log). :meth:`when_applied` queues a
-    call for that moment, which the owner's loop runs from :meth:`dispatch` when
-    :meth:`fileno` is readable; :meth:`wait_applied` blocks for it. A marker still unanswered
-    after MARKER_LATE_S (a `tc` that words its messages otherwise) has its call run anyway by
-    :meth:`fire_overdue`: an opened gate is then kicked late, never left waiting.
-    """
-
-    MARKER_DEV = "rtb-marker"
-    MARKER = f"qdisc show dev {MARKER_DEV}"
-    MARKER_LATE_S = 0.05
-
-    def __init__(self, netns: str | None = None) -> None:
-        import subprocess
-
-        cmd = ["tc", "-force", "-batch", "-"]
-        if netns:
-            cmd = ["ip", "netns", "exec", netns, *cmd]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1)
-        self._pending: list[_Waiting] = []  # one per marker written, in order
-        self._partial = b""  # the start of a line tc has not finished writing
-
-    def run(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def fileno(self) -> int:
-        assert self.proc.stderr is not None
-        return self.proc.stderr.fileno()
-
-    def when_applied(self, call: Callable[[], None]) -> None:
-        """Have ``call`` run (from :meth:`dispatch`) once every line written so far is applied."""
-        self._pending.append(_Waiting(call, time.monotonic()))
-        self.run(self.MARKER)
-
-    def overdue_at(self) -> float | None:
-        """When (monotonic) the oldest call not yet run falls due without its answer."""
-        first = next((w for w in self._pending if not w.ran), None)
-        return None if first is None else first.written + self.MARKER_LATE_S
-
-    def fire_overdue(self) -> None:
-        """Run the calls whose markers are MARKER_LATE_S old and unanswered. They stay queued,
-        so that the answers, if they come, still pair with their markers in order."""
-        now = time.monotonic()
-        for w in self._pending:
-            if not w.ran and w.written <= now - self.MARKER_LATE_S:
-                w.run()
-        # an answer a second late is none: forget those, or a tc that never answers would
-        # have the queue grow with every gate change
-        while self._pending and self._pending[0].ran and self._pending[0].written < now - 1.0:
-            self._pending.pop(0)
-
-    def dispatch(self) -> None:
-        """Run the calls whose markers tc has answered (call when :meth:`fileno` is readable)."""
-        import os
-        import sys
-
-        try:
-            data = os.read(self.fileno(), 65536)
-        except OSError:
-            data = b""
-        if not data:  # tc ended: nothing will be answered any more, run what waits
-            answered = len(self._pending)
-        else:
-            *lines, self._partial = (self._partial + data).split(b"\n")
-            marker = self.MARKER_DEV.encode()
-            answered = sum(marker in ln for ln in lines)
-            for ln in lines:
-                if marker not in ln and not ln.startswith(b"Command failed -:"):
-                    print(f"tc: {ln.decode(errors='replace')}", file=sys.stderr, flush=True)
-        done, self._pending = self._pending[:answered], self._pending[answered:]
-        for w in done:
-            if not w.ran:
-                w.run()
-
-    def wait_applied(self) -> None:
-        """Block until every line written so far is applied (at most MARKER_LATE_S without an
-        answer)."""
-        import select
-
-        done: list[bool] = []
-        self.when_applied(lambda: done.append(True))
-        while not done:
-            due = self.overdue_at()
-            wait = max(0.0, due - time.monotonic()) if due is not None else 0.0
-            ready, _, _ = select.select([self], [], [], wait)
-            if ready:
-                self.dispatch()
-            self.fire_overdue()
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-        with contextlib.suppress(Exception):
-            self.proc.wait(2)
-
-
-def gate_command(spec: PortSpec, tc: int, closed: bool, limit: int | None = None) -> str:
-    rate = CLOSED_RATE_BPS if closed else OPEN_RATE_BPS
-    limit = spec.buffers[tc] if limit is None else limit
-    return (f"qdisc change dev {spec.ifname} parent {class_handle(tc)} "
-            f"handle {gate_major(tc):x}: tbf rate {rate}bit "
-            f"burst {gate_burst_bytes(spec.max_frame)} limit {limit}")
-
-
 class PortGates:
-    """Opens and closes one port's class gates, and reads their statistics over netlink.
+    """Opens and closes one port's class gates (over rtnetlink, :mod:`testbed.qdisc_netlink`),
+    and reads their statistics over netlink.
 
     Must be created inside the namespace that holds the interface (the switch agent runs there),
-    or be given ``netns`` (a named namespace) for both the netlink socket and the tc process.
+    or be given ``netns`` (a named namespace) for the netlink sockets.
     """
 
-    def __init__(self, spec: PortSpec, ipr=None, batch: TcBatch | None = None,
-                 netns: str | None = None, reader=None,
-                 kick_when_applied: bool = False) -> None:
+    def __init__(self, spec: PortSpec, ipr=None, netns: str | None = None,
+                 reader=None) -> None:
         self.spec = spec
-        self.batch = batch or TcBatch(netns)
         # In our own namespace the fast dump reads the gates and the interface's index comes
         # from its name: no pyroute2, whose import costs each switch agent 0.15 s at start.
         # A test driving another namespace reads through pyroute2.
@@ -294,19 +164,33 @@ class PortGates:
             if not links:
                 raise LookupError(f"no interface {spec.ifname} in namespace {netns}")
             self.ifindex = links[0]
+        # the port's sockets belong to its namespace, wherever this thread goes next
+        with inside(f"/run/netns/{netns}" if netns else None):
+            self.nl = QdiscSocket()
+            self._kick_sock: socket.socket | None = self._open_kick_sock()
         self.closed = [False] * NUM_TCS
         # What a class had sent and dropped before the watchdog re-created its gate (which
         # starts its counters from zero), so stats() stays cumulative; purged packets count
         # as drops.
         self._base = [(0, 0, 0)] * NUM_TCS  # (drops, sent_bytes, sent_packets)
-        self._kick_sock = None
-        self.netns = netns
-        if netns is None:  # now, while in the port's namespace (the agent may leave it)
-            self._kick_sock = self._open_kick_sock()
-        #: False: open() waits until tc has applied the change, then kicks. True: it has the
-        #: batch kick then (TcBatch.when_applied) and returns at once: the switch agent, whose
-        #: single-threaded loop must not wait, runs the batch's dispatch when tc answers.
-        self.kick_when_applied = kick_when_applied
+
+    def _request(self, message: bytes, what: str) -> None:
+        """Carry out one request; a refusal (the port was deleted, say) goes to stderr, the
+        agent's log, and the agent goes on, as with any other port fault."""
+        try:
+            self.nl.request(message)
+        except OSError as e:
+            print(f"{self.spec.ifname}: {what} refused: {e.strerror}", file=sys.stderr,
+                  flush=True)
+
+    def _gate(self, how: str, tc: int, closed: bool = False, limit: int | None = None) -> None:
+        """``tc qdisc <how>`` of the class's tbf gate: applied when this returns."""
+        self._request(tbf_request(
+            how, self.ifindex, (1 << 16) | gate_major(tc), gate_handle(tc),
+            CLOSED_RATE_BPS if closed else OPEN_RATE_BPS,
+            gate_burst_bytes(self.spec.max_frame),
+            self.spec.buffers[tc] if limit is None else limit),
+            f"qdisc {how} of the class {tc} gate")
 
     def _open_kick_sock(self):
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
@@ -315,29 +199,13 @@ class PortGates:
 
     def kick(self) -> None:
         """Run the port's qdisc once (see KICK_CLASSID); the frame itself is dropped there."""
-        if self._kick_sock is None:
-            if self.netns:  # a test driving another namespace: no socket of ours there
-                import subprocess
-
-                subprocess.run(["ip", "netns", "exec", self.netns, "python3", "-c",
-                                "import socket;s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW);"
-                                f"s.bind(('{self.spec.ifname}',0));"
-                                f"s.send(b'\\2'*12+bytes.fromhex('{ETH_P_KICK:04x}')+bytes(46))"],
-                               check=False)
-                return
-            self._kick_sock = self._open_kick_sock()
+        if self._kick_sock is None:  # closed
+            return
         with contextlib.suppress(OSError):  # dropped by design: ENOBUFS is the normal answer
             self._kick_sock.send(b"\x02" * 12 + ETH_P_KICK.to_bytes(2, "big") + bytes(46))
 
-    def _wait_rate(self, tc: int, opened: bool, timeout: float = 0.05) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if (self.gate_rate(tc) >= OPEN_RATE_BPS) == opened:
-                return
-            time.sleep(0.0005)
-
     def _set(self, tc: int, closed: bool) -> None:
-        self.batch.run(gate_command(self.spec, tc, closed))
+        self._gate("change", tc, closed)
 
     def gate_rate(self, tc: int) -> int:
         """The gate's current rate in bit/s, read back from the kernel."""
@@ -357,18 +225,15 @@ class PortGates:
         now = self.stats().get(tc)
         if now is not None:
             self._base[tc] = (now.drops + now.backlog_packets, now.sent_bytes, now.sent_packets)
-        self.batch.run(f"qdisc del dev {self.spec.ifname} parent {class_handle(tc)} "
-                       f"handle {gate_major(tc):x}:")
-        self.batch.run(gate_command(self.spec, tc, False, limit=1).replace(
-            "qdisc change", "qdisc add"))
+        self._request(delete_request(self.ifindex, (1 << 16) | gate_major(tc),
+                                     gate_handle(tc)), f"qdisc del of the class {tc} gate")
+        self._gate("add", tc, limit=1)
         self.closed[tc] = False
 
     def restore(self, tc: int) -> None:
         """Back to the normal open gate with the class buffer."""
-        self.batch.run(gate_command(self.spec, tc, False).replace("qdisc change",
-                                                                  "qdisc replace"))
+        self._gate("replace", tc)
         self.closed[tc] = False
-        self._wait_rate(tc, True)
         self.kick()
 
     def close(self, tc: int) -> None:
@@ -378,14 +243,11 @@ class PortGates:
     def open(self, tc: int) -> None:
         self._set(tc, False)
         self.closed[tc] = False
-        # Kick the moment tc has applied the change: the held packets leave then, as the
-        # phantom (which resumed draining with the XON) assumes. A fixed 2 ms wait before the
-        # kick left the phantom 10 KB below the kernel queue after every pause at 40 Mbit/s;
-        # polling the kernel until the rate changed cost the agent a third of a core.
-        if self.kick_when_applied:
-            self.batch.when_applied(self.kick)
-            return
-        self.batch.wait_applied()
+        # The change is applied: kick now, and the held packets leave as the phantom (which
+        # resumed draining with the XON) assumes. A fixed 2 ms wait before the kick left the
+        # phantom 10 KB below the kernel queue after every pause at 40 Mbit/s; waiting for a
+        # `tc` process to answer, as the gates were changed before, cost milliseconds more
+        # when the cores were saturated.
         self.kick()
 
     def stats(self, dump=None) -> dict[int, ClassStats]:
@@ -415,7 +277,8 @@ class PortGates:
         return out
 
     def close_sockets(self) -> None:
-        """The port's own sockets (a shared tc batch is its owner's to close)."""
+        """The port's own sockets."""
+        self.nl.close()
         if self._kick_sock is not None:
             self._kick_sock.close()
             self._kick_sock = None
@@ -425,4 +288,3 @@ class PortGates:
 
     def shutdown(self) -> None:
         self.close_sockets()
-        self.batch.close()

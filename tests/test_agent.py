@@ -374,12 +374,12 @@ def test_the_pfc_socket_sees_its_own_port_both_ways_and_pfc_alone() -> None:
 
 
 def test_a_socket_opened_inside_a_namespace_works_from_outside() -> None:
-    """What one agent process for every switch rests on: testbed.agent.netns.inside opens a
+    """What one agent process for every switch rests on: testbed.netns.inside opens a
     switch's socket in its namespace and returns the thread home; the socket keeps its port."""
     import os
     import socket
 
-    from testbed.agent.netns import inside
+    from testbed.netns import inside
 
     ns = f"rtn{uuid.uuid4().hex[:6]}"
     subprocess.run(["ip", "netns", "add", ns], check=True)

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from testbed.constants import gate_major
 from testbed.ports import HTB_BURST_BYTES, PortGates, PortSpec, scheduler_commands
 from traffic.packets import pfc_frame
 
@@ -109,10 +110,9 @@ def test_link_rate_is_held() -> None:
 
 
 def wait_gate(gates: PortGates, tc: int, closed: bool) -> None:
-    deadline = time.monotonic() + 2
-    while (gates.gate_rate(tc) < 1e6) != closed:
-        assert time.monotonic() < deadline, "gate change not applied"
-        time.sleep(0.001)
+    """The gate is as asked the moment the call returns: the agent kicks an opened gate right
+    after (a netlink request is carried out within its send)."""
+    assert (gates.gate_rate(tc) < 1e6) == closed, gates.gate_rate(tc)
 
 
 def test_closed_gate_holds_one_class_while_others_and_pfc_flow() -> None:
@@ -196,27 +196,49 @@ def test_strict_priority_under_overload() -> None:
 
 
 
-def test_tc_batch_runs_a_call_once_its_change_is_applied_or_late() -> None:
-    """A gate's kick waits for tc's answer to the marker after the change; a tc that never
-    answers (its messages worded otherwise) still has the call run, MARKER_LATE_S late, and an
-    answer that comes after that does not run it twice."""
-    from testbed.ports import TcBatch
+def _gate_line(ns: str, tc: int) -> str:
+    """How `tc qdisc show` shows the class's gate."""
+    r = subprocess.run(["ip", "netns", "exec", ns, "tc", "-d", "qdisc", "show", "dev", "pa"],
+                       capture_output=True, text=True, check=True)
+    head = f"qdisc tbf {gate_major(tc):x}:"
+    return next(ln for ln in r.stdout.splitlines() if ln.startswith(head))
 
-    batch = TcBatch()
-    try:
-        runs: list[str] = []
-        batch.when_applied(lambda: runs.append("answered"))
-        t0 = time.monotonic()
-        batch.wait_applied()  # answered: returns long before the late bound
-        assert runs == ["answered"] and time.monotonic() - t0 < batch.MARKER_LATE_S
-        batch.MARKER = "qdisc show dev lo"  # prints nothing on stderr: never answered
-        batch.when_applied(lambda: runs.append("late"))
-        t0 = time.monotonic()
-        batch.wait_applied()
-        assert runs == ["answered", "late"]
-        assert time.monotonic() - t0 >= batch.MARKER_LATE_S
-        batch.MARKER = TcBatch.MARKER
-        batch.wait_applied()  # answers pair with markers in order; nothing runs twice
-        assert runs == ["answered", "late"]
-    finally:
-        batch.close()
+
+def test_a_gate_changed_over_netlink_is_the_gate_tc_makes() -> None:
+    """Closed, opened, dropped to one byte and restored: the kernel shows the same gate as after
+    the same `tc qdisc` command (rate, burst, link layer, and the limit as a latency)."""
+    from testbed.ports import gate_burst_bytes
+
+    with port(10.0) as (ns, gates):
+        burst = gate_burst_bytes(gates.spec.max_frame)
+
+        def by_tc(how: str, rate: str, limit: int) -> str:
+            gate = gate_major(3)
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", how, "dev", "pa", "parent",
+                            f"1:{gate:x}", "handle", f"{gate:x}:", "tbf", "rate", rate, "burst",
+                            str(burst), "limit", str(limit)], check=True)
+            return _gate_line(ns, 3)
+
+        gates.close(3)
+        closed = _gate_line(ns, 3)  # its latency is the limit's time at the rate
+        assert "rate 1Kbit" in closed and "linklayer ethernet" in closed, closed
+        assert closed == by_tc("change", "1000bit", gates.spec.buffers[3])
+        gates.open(3)
+        opened = _gate_line(ns, 3)
+        assert "rate 1Gbit" in opened, opened
+        assert opened == by_tc("change", "1000000000bit", gates.spec.buffers[3])
+        gates.drop_all(3)
+        dropping = _gate_line(ns, 3)
+        assert dropping != opened and dropping == by_tc("replace", "1000000000bit", 1)
+        gates.restore(3)
+        assert _gate_line(ns, 3) == opened
+
+
+def test_a_refused_gate_change_is_logged_not_raised(capsys) -> None:
+    """The port was deleted under the agent (a fault): the change is refused, the agent's log
+    says which, and the agent goes on."""
+    with port(10.0) as (ns, gates):
+        subprocess.run(["ip", "-n", ns, "link", "del", "pa"], check=True)
+        gates.close(3)
+    err = capsys.readouterr().err
+    assert "pa: qdisc change of the class 3 gate refused: No such device" in err, err

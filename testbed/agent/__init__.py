@@ -1,6 +1,6 @@
 """The switch agent: what a switch OS does in software, one process per switch, inside the
 switch's network namespace, or one process for every switch, which opens each switch's sockets
-inside its namespace (:mod:`~testbed.agent.netns`; config ``agent.one_process``). Its jobs, one
+inside its namespace (:mod:`testbed.netns`; config ``agent.one_process``). Its jobs, one
 module each:
 
 * :mod:`~testbed.agent.pause`: PFC frames arriving on a port close and open that port's class

@@ -92,7 +92,7 @@ class PauseMixin:
         st = pr.pause[tc]
         st.total += now - st.since
         st.until = 0.0
-        # logged as decided, before the gate change (which waits for tc before kicking)
+        # logged as decided, before the gate change (and the kick that follows it)
         self._event(pr, tc, why, 0, t_kernel)
         if not (pr.wd[tc].storm and self.wd_action == "drop"):
             pr.gates.open(tc)

@@ -7,8 +7,8 @@ import sys
 import threading
 from collections.abc import Iterable
 
-from testbed.agent.netns import inside
 from testbed.constants import NUM_TCS
+from testbed.netns import inside
 
 #: A lossless queue as the program saw it at the last resync: drift, held, the most the
 #: program's occupancy stood below the resync's since the last read, the largest occupancy.

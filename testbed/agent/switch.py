@@ -16,13 +16,13 @@ from pathlib import Path
 
 from testbed.agent.config import AgentConfig
 from testbed.agent.frames import pfc_socket, receive
-from testbed.agent.netns import inside
 from testbed.agent.pause import PauseMixin, PortRuntime
 from testbed.agent.registers import P4Registers, RegisterReader
 from testbed.agent.telemetry import TelemetryMixin
 from testbed.agent.watchdog import WatchdogMixin
 from testbed.constants import NUM_TCS
-from testbed.ports import PortGates, TcBatch
+from testbed.netns import inside
+from testbed.ports import PortGates
 from testbed.results import events_writer, telemetry_writer
 from testbed.tcstats import QdiscReader
 from traffic.packets import parse_pfc
@@ -33,11 +33,10 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.cfg = cfg
         self.clock = clock
         self.t0 = cfg.t0_monotonic if cfg.t0_monotonic is not None else clock()
-        self.batch = TcBatch()
         self.reader = QdiscReader()
         self.ports: dict[int, PortRuntime] = {}
         for p in cfg.ports:
-            gates = PortGates(cfg.port_spec(p), batch=self.batch, reader=self.reader)
+            gates = PortGates(cfg.port_spec(p), reader=self.reader)
             s = pfc_socket(p.ifname)
             s.setblocking(False)
             self.ports[p.number] = PortRuntime(p, gates, s)
@@ -62,14 +61,6 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
     def now(self) -> float:
         return self.clock() - self.t0
 
-    # -- kicks ----------------------------------------------------------------------------
-    # An opened gate needs a kick once tc has applied the change (PortGates.open). The agent's
-    # loop is single-threaded, so instead of waiting for tc, each gate has the batch kick it
-    # when tc answers (TcBatch.when_applied), and the loop dispatches on the batch's output.
-    def _kick_when_applied(self) -> None:
-        for pr in self.ports.values():
-            pr.gates.kick_when_applied = True
-
     # -- loop ---------------------------------------------------------------------------
     # The loop is split so that one process can serve several switches (run_agents): each
     # agent says which sockets it waits on and when it next must wake, and handles what is
@@ -84,14 +75,13 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.next_resync = now + phase * self.cfg.resync_period_s
         self.next_sample = now + phase * self.cfg.sample_period_s
         self.next_poll = now + phase * poll_s
-        self._kick_when_applied()
 
     def sockets(self) -> list:
-        return [*self.by_sock, self.batch]
+        return list(self.by_sock)
 
     def due(self) -> float:
-        """Run what is due (ticks, samples, the watchdog's poll, pause expiries, overdue tc
-        answers); return when (on self.clock) the agent must next wake."""
+        """Run what is due (ticks, samples, the watchdog's poll, pause expiries); return when
+        (on self.clock) the agent must next wake."""
         now = self.clock()
         wd_on = self.watchdog.config.enabled
         if now >= self.next_tick and now < self.busy_until:
@@ -108,21 +98,14 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
             self.watchdog_poll()
             self.next_poll = now + self.watchdog.config.polling_interval_ms / 1000
         self.expire()
-        self.batch.fire_overdue()
         wake = min(self.next_tick if now < self.busy_until else self.next_sample,
                    self.next_sample, self.timers[0][0] if self.timers else self.next_sample)
         if wd_on:
             wake = min(wake, self.next_poll)
-        overdue = self.batch.overdue_at()  # on time.monotonic, as self.clock
-        if overdue is not None:
-            wake = min(wake, overdue)
         return wake
 
     def ready(self, s) -> None:
-        """A socket of ours is readable: tc answered, or PFC frames came or left."""
-        if s is self.batch:
-            self.batch.dispatch()
-            return
+        """A socket of ours is readable: PFC frames came or left."""
         pr = self.by_sock[s]
         for data, t_kernel, outgoing in receive(s):
             classes = parse_pfc(data)
@@ -138,8 +121,6 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         run_agents([self])
 
     def close(self) -> None:
-        for pr in self.ports.values():  # the loop is over: open() waits for tc itself now
-            pr.gates.kick_when_applied = False
         with contextlib.suppress(Exception):
             self.sample(every_class=True)
         self.registers.stop()
@@ -149,7 +130,6 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
                     pr.gates.open(tc)
             pr.sock.close()
             pr.gates.close_sockets()
-        self.batch.close()
         self.tick_sock.close()
         self.telemetry_log.close()
         self.event_log.close()
@@ -157,7 +137,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
 
 def run_agents(agents: list[SwitchAgent]) -> None:
     """Serve every agent from this thread until one is told to stop: one select() over all
-    their sockets, woken by the first PFC frame, tc answer or timer of any of them."""
+    their sockets, woken by the first PFC frame or timer of any of them."""
     clock = agents[0].clock
     owner = {}
     for i, a in enumerate(agents):
@@ -172,7 +152,7 @@ def run_agents(agents: list[SwitchAgent]) -> None:
 
 
 def _set_priority(cfg: AgentConfig) -> None:
-    """Before the tc batch processes and the register readers start, so they inherit it."""
+    """Before the register readers start, so that they inherit it."""
     if cfg.nice:
         os.setpriority(os.PRIO_PROCESS, 0, cfg.nice)
     if cfg.realtime_priority:

@@ -1,9 +1,10 @@
 """Entering a switch's network namespace for a moment, on the calling thread.
 
-One agent process serves every switch: each switch's sockets (PFC, tick, netlink, Thrift) and
-its `tc` process are made while the thread is inside that switch's namespace, and keep it
-after the thread leaves (setns(2): a socket belongs to the namespace it was created in, and a
-child process inherits its parent thread's). Python 3.11 has no os.setns, hence libc's.
+One agent process serves every switch: each switch's sockets (PFC, tick, netlink, Thrift) are
+made while the thread is inside that switch's namespace, and keep it after the thread leaves
+(setns(2): a socket belongs to the namespace it was created in). A port's gates opened for a
+test from outside the port's namespace make their netlink socket the same way. Python 3.11
+has no os.setns, hence libc's.
 """
 
 from __future__ import annotations
