@@ -44,14 +44,16 @@ class P4Registers:
             self._client = Standard.Client(proto)
         return self._client
 
-    def queue_views(self, queues: Iterable[tuple[int, int]]
+    def queue_views(self, queues: list[tuple[int, int]]
                     ) -> tuple[dict[tuple[int, int], QueueView], int | None]:
         """The P4 program's view at the last resync of each given lossless (port, class) (the
         maxima read and cleared) and BMv2's longest hold of a packet since the last call (read
         and cleared), over Thrift one cell at a time (the whole 4096-cell array costs 12 ms to
         decode). Empty, and None, without Thrift. Each read also costs BMv2 a turn of its
-        Thrift thread, so the caller names only the queues that were busy."""
-        if not self.thrift_port:
+        Thrift thread, so the caller names only the queues that were busy. With none busy no
+        lossless packet went through since the last call, so BMv2's hold is not read either:
+        an idle agent made two calls a sample for nothing."""
+        if not self.thrift_port or not queues:
             return {}, None
         try:
             bm = self._bm()

@@ -169,7 +169,9 @@ class TelemetryMixin:
         now = self.clock()
         t_s = self.now()
         backlogs = self._backlogs(None if every_class else self._sampled_majors())
-        self.registers.ask(self._busy_lossless(backlogs))
+        busy = self._busy_lossless(backlogs)
+        if busy:  # nothing to read of idle queues (P4Registers.queue_views)
+            self.registers.ask(busy)
         views, lag = self.registers.take()
         if now >= self.busy_until:
             self.tick(backlogs)  # the slow, at-rest check rides on the sample's dump
