@@ -82,6 +82,11 @@ def gate_handle(tc: int) -> int:
     return gate_major(tc) << 16
 
 
+def gate_parent(tc: int) -> int:
+    """The htb class the gate hangs from (:func:`class_handle`), as an int for netlink."""
+    return (1 << 16) | gate_major(tc)
+
+
 def scheduler_commands(spec: PortSpec) -> list[str]:
     """`tc -batch` lines that install the port (replacing whatever root qdisc was there)."""
     dev = spec.ifname
@@ -186,7 +191,7 @@ class PortGates:
     def _gate(self, how: str, tc: int, closed: bool = False, limit: int | None = None) -> None:
         """``tc qdisc <how>`` of the class's tbf gate: applied when this returns."""
         self._request(tbf_request(
-            how, self.ifindex, (1 << 16) | gate_major(tc), gate_handle(tc),
+            how, self.ifindex, gate_parent(tc), gate_handle(tc),
             CLOSED_RATE_BPS if closed else OPEN_RATE_BPS,
             gate_burst_bytes(self.spec.max_frame),
             self.spec.buffers[tc] if limit is None else limit),
@@ -203,9 +208,6 @@ class PortGates:
             return
         with contextlib.suppress(OSError):  # dropped by design: ENOBUFS is the normal answer
             self._kick_sock.send(b"\x02" * 12 + ETH_P_KICK.to_bytes(2, "big") + bytes(46))
-
-    def _set(self, tc: int, closed: bool) -> None:
-        self._gate("change", tc, closed)
 
     def gate_rate(self, tc: int) -> int:
         """The gate's current rate in bit/s, read back from the kernel."""
@@ -225,8 +227,8 @@ class PortGates:
         now = self.stats().get(tc)
         if now is not None:
             self._base[tc] = (now.drops + now.backlog_packets, now.sent_bytes, now.sent_packets)
-        self._request(delete_request(self.ifindex, (1 << 16) | gate_major(tc),
-                                     gate_handle(tc)), f"qdisc del of the class {tc} gate")
+        self._request(delete_request(self.ifindex, gate_parent(tc), gate_handle(tc)),
+                      f"qdisc del of the class {tc} gate")
         self._gate("add", tc, limit=1)
         self.closed[tc] = False
 
@@ -237,11 +239,11 @@ class PortGates:
         self.kick()
 
     def close(self, tc: int) -> None:
-        self._set(tc, True)
+        self._gate("change", tc, closed=True)
         self.closed[tc] = True
 
     def open(self, tc: int) -> None:
-        self._set(tc, False)
+        self._gate("change", tc)
         self.closed[tc] = False
         # The change is applied: kick now, and the held packets leave as the phantom (which
         # resumed draining with the XON) assumes. A fixed 2 ms wait before the kick left the
@@ -285,6 +287,3 @@ class PortGates:
         if self.ipr is not None:
             with contextlib.suppress(Exception):
                 self.ipr.close()
-
-    def shutdown(self) -> None:
-        self.close_sockets()

@@ -81,7 +81,7 @@ def port(rate_mbps: float = 10.0, buffers: int = 400_000):
         try:
             yield ns, gates
         finally:
-            gates.shutdown()
+            gates.close_sockets()
     finally:
         subprocess.run(["ip", "netns", "del", ns])
 
