@@ -31,6 +31,7 @@ the phantom's drift included); with fewer, the table also gives the highest rate
 every trial passed every check, a lower bound of the capacity on all checks.
 
 Run as root: sudo .venv/bin/python benchmarks/capacity.py [--builds default,fast]
+[--realtime-priority 10] (the agents real-time, as README advises for faster links).
 Writes capacity.json and capacity.md to benchmarks/out. Each trial holds the machine's fabric
 lock (testbed.state.fabric_lock), so it waits for any test that has a fabric up.
 """
@@ -109,7 +110,9 @@ def search(trial: Callable[[float], bool], start: float, steps: int,
     return best, tried
 
 
-def _cfg(shape: tuple[int, int, int], rate: float, mtu: int, build: str, name: str):
+def _cfg(shape: tuple[int, int, int], rate: float, mtu: int, build: str, name: str,
+         realtime: int = 0):
+    """``realtime``: the agents' agent.realtime_priority (0: nice alone, the default)."""
     from testbed.config import FabricConfig
 
     return FabricConfig.model_validate({
@@ -118,16 +121,17 @@ def _cfg(shape: tuple[int, int, int], rate: float, mtu: int, build: str, name: s
                    "host_link_mbps": rate, "fabric_link_mbps": rate, "mtu": mtu},
         "switch": {"build": build},
         "qos": {"pfc_enable": [3], "ecn": {}},  # PFC alone, as in the incast test
+        "agent": {"realtime_priority": realtime},
     })
 
 
 def run_trial(shape_name: str, rate: float, mtu: int, build: str, incast_s: float,
-              tmp: Path) -> Trial:
+              tmp: Path, realtime: int = 0) -> Trial:
     """One load; every check the incast test makes, and the costs beside."""
     from testbed.state import fabric_lock
 
     shape, pairs = SHAPES[shape_name]
-    cfg = _cfg(shape, rate, mtu, build, "capacity")
+    cfg = _cfg(shape, rate, mtu, build, "capacity", realtime)
     with fabric_lock():
         return _load(cfg, pairs, rate, incast_s, tmp)
 
@@ -248,7 +252,8 @@ def capacity(shape: str, mtu: int, build: str, args, log: list[dict]) -> dict:
     def point(rate: float) -> bool:
         for i in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="roce-capacity-") as tmp:
-                t = run_trial(shape, rate, mtu, build, args.incast_s, Path(tmp))
+                t = run_trial(shape, rate, mtu, build, args.incast_s, Path(tmp),
+                              args.realtime_priority)
             log.append({"shape": shape, "mtu": mtu, "build": build, "run": i, **asdict(t)})
             print(f"  {shape}, {FRAMES[mtu]}, {build}: {rate:g} Mbit/s run {i}: "
                   f"{'pass' if t.passed else 'FAIL ' + ','.join(t.failed)} "
@@ -265,7 +270,7 @@ def capacity(shape: str, mtu: int, build: str, args, log: list[dict]) -> dict:
             "all_checks_mbps": strict, "tried": tried, "decided_on": sorted(decide)}
 
 
-def _costs(build: str, instructions: bool = True) -> dict:
+def _costs(build: str, instructions: bool = True, realtime: int = 0) -> dict:
     """The other benchmarks' figures for one build, in the same run (benchmarks/lossless.py,
     benchmarks/bmv2_instructions.py): BMv2's forwarding rate with the full program over plain
     forwarding, the same in instructions per packet (exact where packets per second swing by a
@@ -277,7 +282,7 @@ def _costs(build: str, instructions: bool = True) -> dict:
     with fabric_lock():
         full, plain = forwarding_pps(False, build=build), forwarding_pps(True, build=build)
     with fabric_lock():
-        agents = fabric_measures(build=build)
+        agents = fabric_measures(build=build, agent={"realtime_priority": realtime})
     counted: dict = {"full_instructions": None, "plain_instructions": None}
     if instructions and shutil.which("valgrind"):
         from benchmarks.bmv2_instructions import measure
@@ -370,6 +375,8 @@ def main() -> None:
                     help=f"the checks that decide a rate (of {', '.join(CHECKS)})")
     ap.add_argument("--no-instructions", action="store_true", help="skip counting BMv2's "
                     "instructions per packet (valgrind, about 4 minutes a build)")
+    ap.add_argument("--realtime-priority", type=int, default=0, help="the agents' "
+                    "agent.realtime_priority (SCHED_FIFO; 0, the default: nice alone)")
     ap.add_argument("--tag", default="capacity", help="output file name")
     ap.add_argument("--before", type=Path, help="an earlier run's capacity.json, whose "
                     "capacity on every check the table shows beside this run's")
@@ -388,7 +395,7 @@ def main() -> None:
     interrupt_on_sigterm()  # a stopped benchmark tears its fabric down, as Ctrl-C does
     args.out.mkdir(parents=True, exist_ok=True)
     builds = args.builds.split(",")
-    costs = {b: _costs(b, not args.no_instructions) for b in builds}
+    costs = {b: _costs(b, not args.no_instructions, args.realtime_priority) for b in builds}
     print(json.dumps(costs, indent=2), flush=True)
     results: list[dict] = []
     trials: list[dict] = []
