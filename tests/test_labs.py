@@ -453,10 +453,11 @@ def _do_lab(lab: Lab, variant: str, folder: Path, reuse: Path | None = None,
     results = folder / "results"
     if reuse is not None:
         shutil.copytree(reuse, results)
-    scenarios = {s.cfg.name: s for s in map(load_scenario, scenario_files(lab, folder))}
-    for p in scenario_files(lab, folder):
-        if reuse is None or p.name in changed:
-            run_scenario(load_scenario(p), results, progress=lambda _m: None)
+    files = {p.name: load_scenario(p) for p in scenario_files(lab, folder)}
+    scenarios = {sc.cfg.name: sc for sc in files.values()}
+    for name, sc in files.items():
+        if reuse is None or name in changed:
+            run_scenario(sc, results, progress=lambda _m: None)
     lines = grade(lab, folder, results)
     for _ in range(FLAGGED_RERUNS):
         flagged = sorted({ln.spec.run for ln in lines
