@@ -3,7 +3,10 @@ client: what is asked of BMv2 for each sample."""
 
 from __future__ import annotations
 
+import pytest
+
 from testbed.agent.registers import P4Registers
+from testbed.netns import inside
 
 
 class _Thrift:
@@ -11,6 +14,7 @@ class _Thrift:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int]] = []
+        self.batches = 0
 
     def bm_register_read(self, _ctx: int, name: str, cell: int) -> int:
         self.calls.append(("read", name, cell))
@@ -18,6 +22,10 @@ class _Thrift:
 
     def bm_register_write(self, _ctx: int, name: str, cell: int, _value: int) -> None:
         self.calls.append(("write", name, cell))
+
+    def batch(self, calls: list[tuple[str, tuple]]) -> list:
+        self.batches += 1
+        return [getattr(self, name)(*args) for name, args in calls]
 
 
 def _registers() -> tuple[P4Registers, _Thrift]:
@@ -41,3 +49,44 @@ def test_a_busy_queue_is_read_its_maxima_cleared_and_bmv2s_hold_read_once() -> N
         ("write", "below_max", cell), ("write", "occupancy_max", cell),
         ("write", "bmv2_lag_max", 0)]
     assert bm.calls.count(("read", "bmv2_lag_max", 0)) == 1
+    assert bm.batches == 1  # the whole sample leaves in one send
+
+
+def test_several_queues_are_read_in_one_batch_each_with_its_own_cells() -> None:
+    r, bm = _registers()
+    views, _ = r.queue_views([(1, 3), (4, 3)])
+    assert views == {(1, 3): (-2, 12, 12, 12), (4, 3): (-2, 36, 36, 36)}
+    assert bm.batches == 1
+
+
+@pytest.mark.bmv2
+def test_one_batch_reads_and_clears_a_real_switchs_registers() -> None:
+    """Against a running BMv2: the batch's replies are each call's own, the maxima and BMv2's
+    hold are cleared, and a failed call leaves the next sample a working connection."""
+    from testbed.agent.thrift_batch import Bmv2Thrift
+    from tests.dataplane import bmv2_harness
+
+    with bmv2_harness(2) as h:
+        ns = f"/run/netns/{h.ns}"  # where `ip netns` keeps it
+        r = P4Registers(h.switch.opts.thrift_port, "t", ns)
+        cell = 2 * 8 + 3
+        other = 1 * 8 + 3
+        with inside(ns):
+            bm = Bmv2Thrift(h.switch.opts.thrift_port)
+        try:
+            bm.batch([("bm_register_write", (0, name, c, v)) for name, c, v in [
+                ("drift", cell, (1 << 32) - 5), ("held", cell, 7), ("below_max", cell, 100),
+                ("occupancy_max", cell, 200), ("bmv2_lag_max", 0, 42),
+                ("drift", other, 9), ("occupancy_max", other, 300)]])
+            assert r.queue_views([(2, 3), (1, 3)]) == (
+                {(2, 3): (-5, 7, 100, 200), (1, 3): (9, 0, 0, 300)}, 42)
+            # the maxima were cleared; drift and held are the last resync's, kept
+            assert r.queue_views([(2, 3), (1, 3)]) == (
+                {(2, 3): (-5, 7, 0, 0), (1, 3): (9, 0, 0, 0)}, 0)
+
+            # a cell past the registers fails its first read, with the batch's later replies
+            # unread: the next sample must not take them for its own
+            assert r.queue_views([(600, 3), (2, 3)]) == ({}, None)
+            assert r.queue_views([(2, 3)]) == ({(2, 3): (-5, 7, 0, 0)}, 0)
+        finally:
+            bm.close()

@@ -3,12 +3,17 @@ the switch's namespace (see the registers in p4/lossless.p4)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from testbed.constants import NUM_TCS
 from testbed.netns import inside
+
+if TYPE_CHECKING:  # Thrift is imported where a switch is served
+    from testbed.agent.thrift_batch import Bmv2Thrift, Call
 
 #: A lossless queue as the program saw it at the last resync: drift, held, the most the
 #: program's occupancy stood below the resync's since the last read, the largest occupancy.
@@ -26,70 +31,81 @@ class P4Registers:
         self.thrift_port = thrift_port
         self.switch = switch
         self.netns = netns  # the switch's namespace, where BMv2's Thrift port is
-        self._client = None
+        self._client: Bmv2Thrift | None = None
 
-    def _bm(self):
-        """BMv2's Thrift client inside this namespace (None without a port or the module)."""
+    def _bm(self) -> Bmv2Thrift | None:
+        """BMv2's Thrift connection inside this namespace (None without a port)."""
         if self._client is None and self.thrift_port:
-            from bm_runtime.standard import Standard
-            from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
-            from thrift.transport import TSocket, TTransport
+            from testbed.agent.thrift_batch import Bmv2Thrift
 
-            transport = TTransport.TBufferedTransport(
-                TSocket.TSocket("127.0.0.1", self.thrift_port))
-            proto = TMultiplexedProtocol.TMultiplexedProtocol(
-                TBinaryProtocol.TBinaryProtocol(transport), "standard")
             with inside(self.netns):
-                transport.open()
-            self._client = Standard.Client(proto)
+                self._client = Bmv2Thrift(self.thrift_port)
         return self._client
+
+    def _drop(self) -> None:
+        """After a failed call: the connection may hold replies not read; the next call opens
+        another."""
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+        self._client = None
 
     def queue_views(self, queues: list[tuple[int, int]]
                     ) -> tuple[dict[tuple[int, int], QueueView], int | None]:
         """The P4 program's view at the last resync of each given lossless (port, class) (the
         maxima read and cleared) and BMv2's longest hold of a packet since the last call (read
-        and cleared), over Thrift one cell at a time (the whole 4096-cell array costs 12 ms to
-        decode). Empty, and None, without Thrift. Each read also costs BMv2 a turn of its
-        Thrift thread, so the caller names only the queues that were busy. With none busy no
-        lossless packet went through since the last call, so BMv2's hold is not read either:
-        an idle agent made two calls a sample for nothing."""
+        and cleared), in one batch of Thrift calls, one cell at a time (the whole 4096-cell
+        array costs 12 ms to decode). Empty, and None, without Thrift. Each read also costs
+        BMv2 a turn of its Thrift thread, so the caller names only the queues that were busy.
+        With none busy no lossless packet went through since the last call, so BMv2's hold is
+        not read either: an idle agent made two calls a sample for nothing.
+
+        Each maximum is cleared by the call right after its read, whatever it read: in one
+        batch the value is not known when the clear is sent, and BMv2 serves the two back to
+        back, so a packet raising the maximum between them is no likelier than between a read
+        and a clear sent one round trip later."""
         if not self.thrift_port or not queues:
             return {}, None
+        calls: list[Call] = []
+        for n, tc in queues:
+            cell = n * NUM_TCS + tc
+            calls += [("bm_register_read", (0, "drift", cell)),
+                      ("bm_register_read", (0, "held", cell)),
+                      ("bm_register_read", (0, "below_max", cell)),
+                      ("bm_register_write", (0, "below_max", cell, 0)),
+                      ("bm_register_read", (0, "occupancy_max", cell)),
+                      ("bm_register_write", (0, "occupancy_max", cell, 0))]
+        calls += [("bm_register_read", (0, "bmv2_lag_max", 0)),
+                  ("bm_register_write", (0, "bmv2_lag_max", 0, 0))]
         try:
             bm = self._bm()
-            out = {}
-            for n, tc in queues:
-                cell = n * NUM_TCS + tc
-                d = bm.bm_register_read(0, "drift", cell)
-                held = bm.bm_register_read(0, "held", cell)
-                below = bm.bm_register_read(0, "below_max", cell)
-                if below:
-                    bm.bm_register_write(0, "below_max", cell, 0)
-                peak = bm.bm_register_read(0, "occupancy_max", cell)
-                if peak:
-                    bm.bm_register_write(0, "occupancy_max", cell, 0)
-                out[n, tc] = (_signed(d), _signed(held), below, peak)
-            lag = bm.bm_register_read(0, "bmv2_lag_max", 0)
-            bm.bm_register_write(0, "bmv2_lag_max", 0, 0)
-            return out, lag
+            if bm is None:
+                return {}, None
+            got = bm.batch(calls)
         except Exception:  # BMv2 gone or no Thrift module: the columns stay empty
-            self._client = None
+            self._drop()
             return {}, None
+        out = {}
+        for i, key in enumerate(queues):
+            d, held, below, _, peak, _ = got[6 * i:6 * i + 6]
+            out[key] = (_signed(d), _signed(held), below, peak)
+        return out, got[-2]
 
     def set_pfc_ignored(self, port: int, tc: int, ignore: bool) -> None:
         """Tell the P4 program whether the watchdog has (port, class) ignore PFC: while it
         does, the phantom must keep draining, or the program would XOFF upstream on the storm's
         account and spread it (secondary storms)."""
         idx = port * NUM_TCS + tc
+        calls: list[Call] = [("bm_register_write", (0, "pfc_ignored", idx, int(ignore)))]
+        if ignore:
+            calls.append(("bm_register_write", (0, "paused_until", idx, 0)))
         try:
             bm = self._bm()
             if bm is None:
                 return
-            bm.bm_register_write(0, "pfc_ignored", idx, int(ignore))
-            if ignore:
-                bm.bm_register_write(0, "paused_until", idx, 0)
+            bm.batch(calls)
         except Exception as exc:  # BMv2 gone: nothing left to tell
-            self._client = None
+            self._drop()
             print(f"{self.switch}: pfc_ignored[{idx}] not written: {exc}", file=sys.stderr)
 
 
