@@ -94,12 +94,8 @@ def up(
                           parallel_links=parallel_links)
     cfg = _switch_or_exit(cfg, log=log, build=build)
 
-    from testbed.run import already_running
     from testbed.topology import build_topology
 
-    if already_running(cfg.name):
-        _fail(f"a fabric named {cfg.name!r} is already recorded as running; stop it with "
-              "`sudo testbed down` (or give this one another name)")
     topo = build_topology(cfg)
     with for_sudo_user(results):
         status = _up(cfg, topo, results, endpoints, pingall, exec_)

@@ -23,10 +23,11 @@ from testbed.agents import AgentPool
 from testbed.config import FabricConfig
 from testbed.control import Rerouter, SwitchSession, program_fabric
 from testbed.endpoints import EndpointPool
-from testbed.network import Network
+from testbed.network import FabricError, Network
 from testbed.ports import PortSpec
 from testbed.qos import lossless_buffers, port_specs, switch_queue_profiles
 from testbed.run import Progress, Run, fidelity_budgets
+from testbed.state import clean_orphans, running_elsewhere
 from testbed.topology import Topology
 
 
@@ -116,6 +117,7 @@ class Fabric:
 
     # -- bring-up -----------------------------------------------------------------------
     def start(self) -> Fabric:
+        self._claim_machine()
         t = time.monotonic()
         self.progress(f"creating {len(self.topo.switches)} switches, {len(self.topo.hosts)} "
                       f"hosts and {len(self.topo.links)} links")
@@ -145,6 +147,19 @@ class Fabric:
             self.stop()
             raise
         return self
+
+    def _claim_machine(self) -> None:
+        """Refuse to start beside another live fabric (Mininet's node and interface names are
+        machine-wide, so either would tear down the other's), and first remove what a killed
+        run left behind. Before anything is created, so that a refusal removes nothing."""
+        other = running_elsewhere()
+        if other is not None:
+            raise FabricError(
+                f"a fabric is already up on this machine ({other.name!r}, process "
+                f"{other.owner_pid}): stop it with `sudo testbed down` (or wait for it)")
+        for name, n in clean_orphans():
+            self.progress(f"removed what the killed run {name!r} left: {n['processes']} "
+                          f"processes, {n['interfaces']} interfaces, {n['files']} files")
 
     def start_agents(self) -> None:
         """One switch agent per switch, inside the switch's namespace."""

@@ -40,11 +40,6 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
-def already_running(name: str) -> bool:
-    """Whether a fabric of this name is recorded as running (its state record exists)."""
-    return RunState(name).path.exists()
-
-
 def results_dir_for(results_root: Path, name: str) -> Path:
     """A new run's folder: ``<results_root>/<name>-<YYYYmmdd-HHMMSS>``."""
     return results_root / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -79,6 +74,7 @@ class Run:
         #: Frames lost in front of BMv2 over the whole run, read as the fabric stops.
         self.hidden_loss: int | None = None
         self._cpu = None  # testbed.cpuload.CpuSampler while agents run
+        self.opened = False  # open() recorded this run
         #: The BMv2 build the switches ran ({"build", "binary"}), set as they start.
         self.bmv2: dict | None = None
 
@@ -96,6 +92,7 @@ class Run:
         self.state.files = list(files)
         self.state.interfaces = list(interfaces)
         self.state.save()
+        self.opened = True
 
     def write_inputs(self) -> None:
         """The resolved topology and config beside the results."""
@@ -151,8 +148,11 @@ class Run:
             self.progress(f"telemetry summary not written: {exc}")
 
     def close(self) -> None:
-        """Remove what the state record names (after Mininet: whatever it left behind)."""
-        clean_state(self.state)
+        """Remove what the state record names (after Mininet: whatever it left behind); nothing
+        if the run never opened (refused beside another fabric, whose record of the same name
+        is not this run's to remove)."""
+        if self.opened:
+            clean_state(self.state)
 
     def telemetry_summary(self) -> dict | None:
         """telemetry/summary.json as written when the run ended (None if it was not)."""

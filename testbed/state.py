@@ -189,6 +189,32 @@ def recorded_runs() -> list[RunState]:
     return runs
 
 
+def owner_alive(state: RunState) -> bool:
+    """Whether the process that recorded the run still runs: its PID, started no later than
+    the run (a PID is reused once its process is gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(state.owner_pid).create_time() <= state.started + 1
+    except psutil.Error:
+        return False
+
+
+def running_elsewhere() -> RunState | None:
+    """A run another live process has up on this machine, if any."""
+    return next((st for st in recorded_runs()
+                 if st.owner_pid != os.getpid() and owner_alive(st)), None)
+
+
+def clean_orphans() -> list[tuple[str, dict[str, int]]]:
+    """Remove what each run whose owner is gone (killed: no teardown) left, as `testbed clean`
+    does: its switches, agents and endpoints would otherwise go on taking the CPU from the next
+    run, and a run of the same name would take over its record, so that `testbed clean` no
+    longer finds them. Returns each run's name and what was removed."""
+    return [(st.name, clean_state(st)) for st in recorded_runs()
+            if st.owner_pid != os.getpid() and not owner_alive(st)]
+
+
 def clean_all() -> dict[str, int]:
     total = {"runs": 0, "processes": 0, "interfaces": 0, "files": 0}
     for st in recorded_runs():

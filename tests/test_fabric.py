@@ -144,6 +144,46 @@ def test_ctrl_c_tears_down(tmp_path: Path) -> None:
     assert_clean(before)
 
 
+
+SMALL = ["up", "--spines", "1", "--leaves", "2", "--hosts-per-leaf", "1", "--pingall"]
+
+
+def test_a_second_fabric_is_refused_while_one_is_up(tmp_path: Path) -> None:
+    """Mininet's names are machine-wide: a second fabric would tear down the first's."""
+    before = net_namespaces()
+    p = _start_background(tmp_path / "first")
+    try:
+        first = leftovers()
+        r = run_cli(SMALL, tmp_path / "second")
+        assert r.returncode == 1
+        assert "a fabric is already up on this machine" in r.stderr, r.stderr
+        assert "testbed down" in r.stderr and "Traceback" not in r.stderr
+        # the first fabric untouched: its switches, links and record
+        after = leftovers()
+        assert after["switches"] == first["switches"]
+        assert after["interfaces"] == first["interfaces"] and after["states"] == first["states"]
+        assert p.poll() is None
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    assert_clean(before)
+
+
+def test_a_fabric_first_removes_what_a_killed_run_left(tmp_path: Path) -> None:
+    """A run killed with no teardown leaves its switches taking the CPU; the next fabric (of
+    the same name) removes them before it starts, and says so."""
+    before = net_namespaces()
+    p = _start_background(tmp_path / "first")
+    killed = set(leftovers()["switches"])
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    r = run_cli(SMALL, tmp_path / "second")
+    assert r.returncode == 0, r.stderr
+    assert "removed what the killed run" in r.stderr, r.stderr
+    assert "pingall: 2/2 answered" in r.stderr
+    assert not killed & set(leftovers()["switches"])
+    assert_clean(before)  # and the nohup sleep in the killed run's h1
+
 def _send_flows(fabric: Fabric, src: str, dst_ip: str, n: int) -> None:
     """n UDP flows (distinct source ports), 3 packets each, paced like a host NIC would be:
     back-to-back bursts into BMv2 lose packets before the P4 program sees them."""
