@@ -212,6 +212,34 @@ def test_pfc_pauses_only_its_class_for_the_quanta(tmp_path: Path) -> None:
     assert sent(x2, q3) > sent(x1, q3)
 
 
+def test_a_pause_longer_than_the_timeout_resends_nothing(tmp_path: Path) -> None:
+    """PFC pauses class 3 on both NICs for about a second, twice the retransmission timeout,
+    while the sender has packets the receiver got but cannot acknowledge (its ACKs wait out the
+    pause too). Nothing was lost, so nothing may be resent: a real NIC's timer is thousands of
+    times a pause, and here it stands still while the sender's NIC is paused."""
+    with host_pair(tmp_path, line_mbps=10) as hp:
+        a, b = hp.endpoint("a"), hp.endpoint("b")
+        q3 = setup_qps(a, b, 1, tc=3)[0]
+        a.call(cmd="post", qpn=q3, kind="write", size=65536, count=200)
+        time.sleep(0.5)
+        quanta = 20000  # 20000 x 512 bit / 10 Mbit/s = 1.024 s
+        _send_raw(hp, "a", [pfc_frame(MACS["a"], {3: quanta})])  # b stops, its ACKs too
+        _send_raw(hp, "b", [pfc_frame(MACS["b"], {3: quanta})])  # then a
+        time.sleep(0.1)
+        during = a.call(cmd="stats")
+        time.sleep(1.5)
+        after = a.call(cmd="stats")
+        got = b.call(cmd="stats")
+
+    qp = after["qps"][str(q3)]
+    assert during["paused"][3] and not after["paused"][3]
+    assert during["qps"][str(q3)]["unacked"] > 0, "nothing was in flight during the pause"
+    assert qp["packets_sent"] > during["qps"][str(q3)]["packets_sent"], "a did not resume"
+    assert qp["timeouts"] == 0 and qp["retransmitted"] == 0, qp
+    resp = next(q for q in got["qps"].values() if q.get("role") == "responder")
+    assert resp["duplicates"] == 0 and resp["out_of_order"] == 0, resp
+
+
 def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether

@@ -137,3 +137,24 @@ def test_acks_say_unlimited_credits_as_rxe_and_any_credit_count_is_an_ack() -> N
         req.on_ack(parse_roce(ACKB.frame(ACK, 1, psn, ext=ACKB.aeth(credits, 0))), 0.0)
     assert req.stats.acks == 2 and len(req.unacked) == 2 and req.stats.naks == 0
 
+
+
+def test_time_paused_at_the_nic_does_not_count_toward_the_timeout() -> None:
+    """A QP held by PFC at its own NIC has lost nothing: the timer counts only the time it was
+    free to send and heard no ACK."""
+    req = Requester(1, 2, B, mtu=100, rto_s=0.5)
+    req.post("write", 100, 0.0)
+    req.next_frame(0.0)
+    assert not req.check_timeout(0.3, paused_s=0.0)
+    assert not req.check_timeout(0.6, paused_s=0.25)  # 0.35 s not paused
+    assert not req.check_timeout(0.7, paused_s=0.25)  # 0.45 s
+    assert req.check_timeout(0.8, paused_s=0.25)  # 0.55 s with no ACK: Go-Back-N
+    assert req.stats.timeouts == 1
+
+
+def test_a_pause_before_anything_was_sent_does_not_put_the_timer_off() -> None:
+    req = Requester(1, 2, B, mtu=100, rto_s=0.5)
+    assert not req.check_timeout(1.0, paused_s=0.9)  # idle: nothing to time out
+    req.post("write", 100, 1.0)
+    req.next_frame(1.0)
+    assert req.check_timeout(1.6, paused_s=0.9)

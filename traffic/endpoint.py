@@ -345,7 +345,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         for st in self._requesters:
             if st.post_until > now and len(st.requester.pending) < 2:
                 st.requester.post(st.post_kind, st.post_size, now)
-            st.requester.check_timeout(now)
+            st.requester.check_timeout(now, self.paused_seconds(st.tc, now))
             if st.rp:
                 st.rp.advance(now)
 

@@ -166,6 +166,7 @@ class Telemetry:
             if st.requester:
                 d.update(asdict(st.requester.stats),
                          idle=st.requester.idle and st.post_until <= now,
+                         unacked=len(st.requester.unacked),  # packets sent, not yet ACKed
                          rate_bps=st.rate_bps, cnps_received=st.cnps_received)
                 if st.rp:
                     d.update(target_bps=st.rp.rt, alpha=st.rp.alpha)
