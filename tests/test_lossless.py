@@ -86,6 +86,7 @@ def check_lossless_incast(r: dict, run: int) -> dict:
             q = r["recv"]["qps"][str(a.responder_qpn)]
             assert q["bytes"] == MSG * COUNT and q["corrupt"] == 0, (flow, q)
             assert q["out_of_order"] == 0 and q["naks_sent"] == 0, (flow, q)
+            assert q["duplicates"] == 0, (flow, q)  # nothing resent: no timeout fired
     # zero drops in the lossless class: kernel queues and P4 agree, nothing hidden
     assert kernel_drops(c, 3) == 0
     p4_drops = {(s, k): v for s, sc in c.items() for k, v in sc.drops.items()
