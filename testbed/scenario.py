@@ -6,7 +6,8 @@ fidelity), plus:
 
     duration_s: 20            # the run ends here (senders stop, counters are read)
     settle_s: 2               # then this long with no traffic, to see what stays stuck
-    endpoints: {dcqcn: true}  # the hosts' RoCE NICs; dcqcn_profile: paper | connectx
+    endpoints: {dcqcn: true}  # the hosts' RoCE NICs; dcqcn_profile: paper | connectx,
+                              # retransmit_timeout_ms: 500
     routes:                   # static overrides: path pinning, bounce routes
       - {switch: leaf1, prefix: 10.0.3.0/24, via: spine1}
     flows:                    # traffic.flows.FlowSpec
@@ -113,6 +114,13 @@ class EndpointOptions(BaseModel):
     #: traffic.dcqcn.PROFILES: paper (Zhu et al. 2015, the default) or connectx (NVIDIA's
     #: defaults), both scaled to the link; the receivers' CNP interval follows it too.
     dcqcn_profile: Literal["paper", "connectx"] | None = None
+    #: Go-Back-N's retransmission timer: IB's Local ACK Timeout (4.096 us x 2^n; n = 14, 67 ms,
+    #: is a usual ConnectX setting). A real one is thousands of times the longest a lossless
+    #: fabric holds a packet; at emulation scale that hold is hundreds of milliseconds (an
+    #: incast whose messages take longer than the timer to cross the receiver's link), and a
+    #: timer shorter than it resends packets that were never lost. Longer makes a lost tail
+    #: packet (lossy runs) cost more time. Time the NIC spends paused does not count.
+    retransmit_timeout_ms: float = Field(500.0, gt=0, le=60_000)
 
     @model_validator(mode="after")
     def _profile_needs_dcqcn(self) -> EndpointOptions:
@@ -123,9 +131,10 @@ class EndpointOptions(BaseModel):
 
     def args(self) -> list[str]:
         """The endpoints' command-line arguments for these options."""
+        rto = ["--rto-ms", repr(self.retransmit_timeout_ms)]
         if not self.dcqcn:
-            return ["--no-dcqcn"]
-        return ["--dcqcn-profile", self.dcqcn_profile] if self.dcqcn_profile else []
+            return ["--no-dcqcn", *rto]
+        return (["--dcqcn-profile", self.dcqcn_profile] if self.dcqcn_profile else []) + rto
 
 
 class ScenarioExtras(BaseModel):

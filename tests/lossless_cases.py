@@ -25,6 +25,12 @@ from traffic.flows import FlowRunner, FlowSpec
 #: queue on the way to cross XOFF many times over, short enough for 20 cases in minutes.
 BYTES_PER_CASE = 1_600_000
 MESSAGE_SIZES = (4096, 8192, 16384, 65536)
+#: The senders' retransmission timer (ms): twice what a whole case takes to cross the
+#: receiver's link (BYTES_PER_CASE at 10 Mbit/s, 1.3 s), the longest a packet can wait in a
+#: lossless fabric here. A real NIC's timer is thousands of times any such hold; with the
+#: endpoints' default 0.5 s, an incast of many QPs that each put a 64 KB message in flight at
+#: once (seeds 1003, 1018: 1.15 MB and 0.9 MB in flight) resent packets that were never lost.
+RTO_MS = round(2 * BYTES_PER_CASE * 8 / 10e6 * 1000)
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,7 @@ def run_case(case: IncastCase, tmp: Path, timeout_s: float = 120) -> dict:
     cfg = case.config()
     topo = build_topology(cfg)
     with Fabric(cfg, topo, tmp) as fabric:
-        eps = fabric.start_endpoints(["--no-dcqcn"])
+        eps = fabric.start_endpoints(["--no-dcqcn", "--rto-ms", str(RTO_MS)])
         runner = FlowRunner(case.flows(), eps, {h.name: h.ip for h in topo.hosts})
         runner.start()
         deadline = time.monotonic() + timeout_s

@@ -240,6 +240,23 @@ def test_a_pause_longer_than_the_timeout_resends_nothing(tmp_path: Path) -> None
     assert resp["duplicates"] == 0 and resp["out_of_order"] == 0, resp
 
 
+@pytest.mark.parametrize(("rto_ms", "timed_out"), [(300, True), (2000, False)])
+def test_the_retransmit_timeout_set_reaches_the_qps(tmp_path: Path, rto_ms: int,
+                                                    timed_out: bool) -> None:
+    """Only the receiver is paused (about a second), so its ACKs wait while the sender is free:
+    that wait counts toward the sender's timer, set with --rto-ms (the scenario's
+    endpoints.retransmit_timeout_ms)."""
+    with host_pair(tmp_path, line_mbps=10) as hp:
+        a, b = hp.endpoint("a", "--rto-ms", str(rto_ms)), hp.endpoint("b")
+        q3 = setup_qps(a, b, 1, tc=3)[0]
+        a.call(cmd="post", qpn=q3, kind="write", size=65536, count=200)
+        time.sleep(0.5)
+        _send_raw(hp, "a", [pfc_frame(MACS["a"], {3: 20000})])  # 1.024 s: b's ACKs wait
+        time.sleep(1.5)
+        qp = a.call(cmd="stats")["qps"][str(q3)]
+    assert (qp["timeouts"] > 0) is timed_out, qp
+
+
 def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether

@@ -58,16 +58,28 @@ def test_scenario_rx_loss_fault_needs_a_rate() -> None:
 def test_dcqcn_profile_reaches_the_endpoints_arguments() -> None:
     sc = parse_scenario({**BASE, "endpoints": {"dcqcn_profile": "connectx"}})
     args = sc.extras.endpoints.args()
-    assert args == ["--dcqcn-profile", "connectx"]
+    assert args == ["--dcqcn-profile", "connectx", "--rto-ms", "500.0"]
     cfg = config_from_args(build_parser().parse_args(
         ["--intf", "h1-eth0", "--mac", "02:00:00:00:00:01", "--ip", "10.0.1.1",
          "--next-hop-mac", "02:00:00:00:00:02", "--control", "/tmp/x.ep", "--out", "/tmp/x",
          *args]))
     assert cfg.dcqcn_profile == "connectx"
     assert DcqcnParams.scaled(cfg.line_rate_bps, cfg.dcqcn_profile).clamp_target is False
-    assert parse_scenario(BASE).extras.endpoints.args() == []
+    assert parse_scenario(BASE).extras.endpoints.args() == ["--rto-ms", "500.0"]
     assert parse_scenario({**BASE, "endpoints": {"dcqcn": False}}).extras.endpoints.args() \
-        == ["--no-dcqcn"]
+        == ["--no-dcqcn", "--rto-ms", "500.0"]
+
+
+def test_retransmit_timeout_reaches_every_qp_of_the_endpoints() -> None:
+    sc = parse_scenario({**BASE, "endpoints": {"retransmit_timeout_ms": 2000}})
+    cfg = config_from_args(build_parser().parse_args(
+        ["--intf", "h1-eth0", "--mac", "02:00:00:00:00:01", "--ip", "10.0.1.1",
+         "--next-hop-mac", "02:00:00:00:00:02", "--control", "/tmp/x.ep", "--out", "/tmp/x",
+         *sc.extras.endpoints.args()]))
+    assert cfg.rto_s == 2.0
+    with pytest.raises(ConfigError) as info:
+        parse_scenario({**BASE, "endpoints": {"retransmit_timeout_ms": 0}})
+    assert "endpoints.retransmit_timeout_ms" in info.value.render()
 
 
 def test_dcqcn_profile_without_dcqcn_is_refused() -> None:

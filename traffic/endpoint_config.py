@@ -39,6 +39,8 @@ class EndpointConfig:
     dcqcn_profile: str = "paper"  # traffic.dcqcn.PROFILES: paper ([Z15]) or connectx
     dcqcn_enabled: bool = True
     rx_buffer_packets: int = 256  # slow-receiver queue before it drops
+    #: Go-Back-N's retransmission timer (IB's Local ACK Timeout), for QPs that do not set one
+    rto_s: float = 0.5
     t0_monotonic: float | None = None  # origin of t_s; the testbed passes the run's
 
 
@@ -85,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help='DCQCN overrides as JSON, e.g. \'{"timer_period_s": 0.1}\'')
     ap.add_argument("--t0", type=float, default=None,
                     help="origin of t_s (CLOCK_MONOTONIC seconds), default: now")
+    ap.add_argument("--rto-ms", type=float, default=500.0,
+                    help="retransmission timeout of the QPs (IB's Local ACK Timeout)")
     ap.add_argument("--log", default="INFO")
     return ap
 
@@ -95,4 +99,5 @@ def config_from_args(a: argparse.Namespace) -> EndpointConfig:
         line_rate_bps=a.line_rate_mbps * 1e6, control_socket=a.control, out_dir=a.out, mtu=a.mtu,
         tc_to_dscp=a.tc_dscp, cnp_dscp=a.cnp_dscp, cnp_tc=a.cnp_tc,
         sample_period_s=a.sample_period, cnp_interval_s=a.cnp_interval, dcqcn=a.dcqcn,
-        dcqcn_enabled=not a.no_dcqcn, dcqcn_profile=a.dcqcn_profile, t0_monotonic=a.t0)
+        dcqcn_enabled=not a.no_dcqcn, dcqcn_profile=a.dcqcn_profile, t0_monotonic=a.t0,
+        rto_s=a.rto_ms / 1000)

@@ -76,7 +76,8 @@ class QpTable:
 
     def create_qp(self, qpn: int, role: str, peer_ip: str, peer_qpn: int, tc: int = 3,
                   sport: int | None = None, rate_cap_mbps: float | None = None,
-                  start_psn: int = 0, max_outstanding: int = 32, rto_s: float = 0.5) -> QpState:
+                  start_psn: int = 0, max_outstanding: int = 32,
+                  rto_s: float | None = None) -> QpState:
         if qpn in self.qps:
             raise ValueError(f"QP {qpn} exists")
         if role not in ("requester", "responder"):
@@ -94,7 +95,7 @@ class QpTable:
         if role == "requester":
             st.requester = Requester(qpn, peer_qpn, builder, mtu=self.cfg.mtu,
                                      start_psn=start_psn, max_outstanding=max_outstanding,
-                                     rto_s=rto_s)
+                                     rto_s=self.cfg.rto_s if rto_s is None else rto_s)
             if self.cfg.dcqcn_enabled:
                 st.rp = ReactionPoint(self.dcqcn, now=self.now())
             self._requesters.append(st)
