@@ -90,3 +90,7 @@ def gate_class(major: int) -> int | None:
     """The class whose gate has this qdisc major number, None if no class's."""
     tc = major - GATE_HANDLE_BASE
     return tc if 0 <= tc < NUM_TCS else None
+
+#: Go-Back-N's retransmission timer (IB's Local ACK Timeout), seconds, unless a QP or the
+#: scenario (endpoints.retransmit_timeout_ms) sets another.
+RTO_S = 0.5

@@ -47,6 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed.config import ConfigError, FabricConfig
+from testbed.constants import RTO_S
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowSpec
@@ -120,7 +121,7 @@ class EndpointOptions(BaseModel):
     #: incast whose messages take longer than the timer to cross the receiver's link), and a
     #: timer shorter than it resends packets that were never lost. Longer makes a lost tail
     #: packet (lossy runs) cost more time. Time the NIC spends paused does not count.
-    retransmit_timeout_ms: float = Field(500.0, gt=0, le=60_000)
+    retransmit_timeout_ms: float = Field(RTO_S * 1000, gt=0, le=60_000)
 
     @model_validator(mode="after")
     def _profile_needs_dcqcn(self) -> EndpointOptions:

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.constants import NUM_TCS
+from testbed.constants import NUM_TCS, RTO_S
 from traffic.dcqcn import PROFILES
 from traffic.packets import DSCP_CNP
 
@@ -40,7 +40,7 @@ class EndpointConfig:
     dcqcn_enabled: bool = True
     rx_buffer_packets: int = 256  # slow-receiver queue before it drops
     #: Go-Back-N's retransmission timer (IB's Local ACK Timeout), for QPs that do not set one
-    rto_s: float = 0.5
+    rto_s: float = RTO_S
     t0_monotonic: float | None = None  # origin of t_s; the testbed passes the run's
 
 
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help='DCQCN overrides as JSON, e.g. \'{"timer_period_s": 0.1}\'')
     ap.add_argument("--t0", type=float, default=None,
                     help="origin of t_s (CLOCK_MONOTONIC seconds), default: now")
-    ap.add_argument("--rto-ms", type=float, default=500.0,
+    ap.add_argument("--rto-ms", type=float, default=RTO_S * 1000,
                     help="retransmission timeout of the QPs (IB's Local ACK Timeout)")
     ap.add_argument("--log", default="INFO")
     return ap

@@ -14,6 +14,7 @@ import collections
 import zlib
 from dataclasses import dataclass, field
 
+from testbed.constants import RTO_S
 from traffic.packets import (
     FIRST_OPCODES,
     LAST_OPCODES,
@@ -109,7 +110,7 @@ class Requester:
 
     def __init__(self, qpn: int, dqpn: int, builder: RoceFrameBuilder, *, mtu: int = 4096,
                  start_psn: int = 0, max_outstanding: int = 32, ack_req_every: int = 8,
-                 rto_s: float = 0.5, rkey: int = 0x1234) -> None:
+                 rto_s: float = RTO_S, rkey: int = 0x1234) -> None:
         self.qpn, self.dqpn, self.builder, self.mtu = qpn, dqpn, builder, mtu
         self.max_outstanding, self.ack_req_every, self.rto_s, self.rkey = (
             max_outstanding, ack_req_every, rto_s, rkey)
