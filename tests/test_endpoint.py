@@ -212,19 +212,26 @@ def test_pfc_pauses_only_its_class_for_the_quanta(tmp_path: Path) -> None:
     assert sent(x2, q3) > sent(x1, q3)
 
 
+def _writing_then_paused(hp, paused: list[str], *a_args: str):
+    """Endpoints a (with ``a_args``) and b, a QP from a to b on class 3 writing 64 KB messages,
+    then, half a second in, PFC pausing class 3 on each host of ``paused`` for 20000 quanta
+    (1.024 s at 10 Mbit/s). Returns a, b and the QP."""
+    a, b = hp.endpoint("a", *a_args), hp.endpoint("b")
+    q3 = setup_qps(a, b, 1, tc=3)[0]
+    a.call(cmd="post", qpn=q3, kind="write", size=65536, count=200)
+    time.sleep(0.5)
+    for host in paused:  # the frame comes from the other host, as from its switch
+        other = "a" if host == "b" else "b"
+        _send_raw(hp, other, [pfc_frame(MACS[other], {3: 20000})])
+    return a, b, q3
+
 def test_a_pause_longer_than_the_timeout_resends_nothing(tmp_path: Path) -> None:
     """PFC pauses class 3 on both NICs for about a second, twice the retransmission timeout,
     while the sender has packets the receiver got but cannot acknowledge (its ACKs wait out the
     pause too). Nothing was lost, so nothing may be resent: a real NIC's timer is thousands of
     times a pause, and here it stands still while the sender's NIC is paused."""
     with host_pair(tmp_path, line_mbps=10) as hp:
-        a, b = hp.endpoint("a"), hp.endpoint("b")
-        q3 = setup_qps(a, b, 1, tc=3)[0]
-        a.call(cmd="post", qpn=q3, kind="write", size=65536, count=200)
-        time.sleep(0.5)
-        quanta = 20000  # 20000 x 512 bit / 10 Mbit/s = 1.024 s
-        _send_raw(hp, "a", [pfc_frame(MACS["a"], {3: quanta})])  # b stops, its ACKs too
-        _send_raw(hp, "b", [pfc_frame(MACS["b"], {3: quanta})])  # then a
+        a, b, q3 = _writing_then_paused(hp, ["b", "a"])  # b's ACKs stop, then a
         time.sleep(0.1)
         during = a.call(cmd="stats")
         time.sleep(1.5)
@@ -247,11 +254,7 @@ def test_the_retransmit_timeout_set_reaches_the_qps(tmp_path: Path, rto_ms: int,
     that wait counts toward the sender's timer, set with --rto-ms (the scenario's
     endpoints.retransmit_timeout_ms)."""
     with host_pair(tmp_path, line_mbps=10) as hp:
-        a, b = hp.endpoint("a", "--rto-ms", str(rto_ms)), hp.endpoint("b")
-        q3 = setup_qps(a, b, 1, tc=3)[0]
-        a.call(cmd="post", qpn=q3, kind="write", size=65536, count=200)
-        time.sleep(0.5)
-        _send_raw(hp, "a", [pfc_frame(MACS["a"], {3: 20000})])  # 1.024 s: b's ACKs wait
+        a, _b, q3 = _writing_then_paused(hp, ["b"], "--rto-ms", str(rto_ms))
         time.sleep(1.5)
         qp = a.call(cmd="stats")["qps"][str(q3)]
     assert (qp["timeouts"] > 0) is timed_out, qp
