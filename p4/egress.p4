@@ -15,7 +15,7 @@ control RoceEgress(inout headers_t hdr,
 
     /* What leaves, and how long BMv2 held a lossless data packet (from its arrival to this
      * egress pass): one action, so that the common path pays for one table, not a condition
-     * and a table for each step (see RoceLossless.locate). */
+     * and a table for each step (see what BMv2 costs per packet, in RoceLossless). */
     action count_tx() {
         bit<32> out_port = (bit<32>) std_meta.egress_port;
 #ifndef PLAIN_FORWARDING
@@ -34,9 +34,9 @@ control RoceEgress(inout headers_t hdr,
     apply {
         if (std_meta.instance_type != 0) {
             pfc_egress.apply(hdr, meta, std_meta);  /* a PFC frame in the making */
-            return;
+        } else {
+            count_tx();
         }
-        count_tx();
     }
 }
 

@@ -26,6 +26,7 @@ const bit<2>  LOSSLESS_DATA = 3;   /* a routed data packet */
 const bit<9>  AGENT_PORT            = 500;      /* the switch agent's own port */
 const bit<32> TICK_TIMER_ONLY       = 0xFFFFFFFF; /* a tick without a kernel backlog */
 const bit<32> TICK_SENT_UNKNOWN     = 0xFFFFFFFF; /* a resync tick without the sent counter */
+const bit<32> THRESHOLD_NEVER       = 0xFFFFFFFF; /* a queue threshold no queue reaches */
 
 /* Counter arrays are indexed by port * NUM_TCS + class. */
 const bit<32> NUM_TCS   = 8;
@@ -134,28 +135,11 @@ struct metadata_t {
     bit<16>     hash_dst_port;
     bit<16>     l4_src_port;
     bit<16>     l4_dst_port;
-    /* Lossless: the queue a packet is for, its phantom occupancy, and the queue's profile. */
+    /* What the lossless control is asked to do with the packet (set by ingress), and whether
+     * it admitted the packet into a lossless queue (egress times BMv2's hold of those). The
+     * lossless control's own variables live in it, not here: see RoceLossless. */
     bit<2>      lossless_kind;
-    bit<48>     now;
-    bit<32>     q_port;
-    tc_t        q_tc;
-    bit<32>     q;
-    bit<32>     port_rate_q20;
-    bit<32>     quantum_us_q10;
-    bit<32>     gate_leak;
-    bit<32>     q_idx;        /* q_port * NUM_TCS + q_tc: the queue's cell in each register */
-    bit<1>      qp_valid;
-    bit<1>      ce_mark;      /* RED's verdict for this packet */
-    bit<1>      ecn_enable;
-    bit<32>     kmin;
-    bit<32>     kmax;
-    bit<32>     pmax_slope;
-    bit<1>      pfc_enable;
-    bit<32>     xoff;
-    bit<32>     xon;
-    bit<16>     pause_quanta;
-    bit<48>     refresh_us;
-    bit<1>      lossless_data;  /* a data packet admitted into a queue with a profile */
+    bit<1>      lossless_data;
     /* What a PFC frame made from this packet says: class, quanta (0 = XON), target ports. */
     @field_list(FL_PFC) tc_t    pfc_tc;
     @field_list(FL_PFC) bit<16> pfc_quanta;

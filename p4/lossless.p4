@@ -56,14 +56,16 @@ register<bit<32>>(1) bmv2_lag_max;
  * the phantom keeps draining and no XOFF spreads the storm upstream. */
 register<bit<1>>(PORT_TC_CELLS) pfc_ignored;
 
-/* A received PFC frame pauses class i for t quanta, unless the watchdog ignores it there. */
+/* A received PFC frame pauses class i for t quanta (pause_queue looks at the watchdog's flag). */
 #define PFC_PAUSE_CLASS(i, t) \
     if (hdr.pfc.class_enable[i:i] == 1) { \
-        pfc_ignored.read(ignored, base + i); \
-        if (ignored == 0) { \
-            pause_queue(base + i, hdr.pfc.t); \
-        } \
+        p_idx = base + i; \
+        p_quanta = hdr.pfc.t; \
+        pause_queue(); \
     }
+
+/* The packet's arrival: every step of the lossless control happens at this instant. */
+#define NOW std_meta.ingress_global_timestamp
 
 control RoceLossless(inout headers_t hdr,
                      inout metadata_t meta,
@@ -73,227 +75,289 @@ control RoceLossless(inout headers_t hdr,
     counter(PORT_TC_CELLS, CounterType.packets) pfc_xoff_triggered;
     counter(PORT_TC_CELLS, CounterType.packets) ticks;
 
+    /* What BMv2 costs per packet, and why this control is written as it is.
+     *
+     * BMv2 interprets the program table by table, and p4c makes a hidden table of every
+     * straight run of statements between two conditions: each `if` on the per-packet path
+     * costs a condition and a table. BMv2 also resets every metadata field before each packet,
+     * about 650 instructions a field (callgrind, either build): the variables below, the
+     * locals of actions and every temporary p4c makes are such fields. So:
+     * - the variables live here, not in metadata_t, where the program built without this
+     *   control (-DPLAIN_FORWARDING) would reset them too;
+     * - p4c makes a temporary field for each extern argument (a register index, a value
+     *   written) that is an expression, at each place an action is inlined; and it copies
+     *   an assignment into each later use of the variable in the same run of statements,
+     *   which makes such expressions of plain variables. So indices and written values are
+     *   variables set in another action (a table's, or one of their own), or assigned only
+     *   from themselves (q = q + ...), which p4c cannot copy forward;
+     * - the eight classes of a received PFC frame share one set of variables: each class
+     *   of the frame had its own copy of pause_queue's temporaries, 64 fields in all;
+     * - a data packet goes through one table (queue_profile) and two conditions.
+     * benchmarks/bmv2_instructions.py counts the instructions a packet costs.
+     */
+    bit<32> q;            /* the queue's phantom, drained until now (bytes) */
+    bit<32> q_idx;        /* the queue's cell in each register: port * NUM_TCS + class */
+    bit<1>  ce_mark;      /* RED's verdict for this packet */
+    bit<1>  xoff_due;     /* the packet took its queue past XOFF */
+    bit<16> q_pause_quanta;  /* the quanta an XOFF asks for */
+    bit<48> q_refresh_us;    /* how often that XOFF is renewed while the queue stays full */
+    bit<32> q_xon;
+    bit<1>  tick_valid;   /* the tick names a queue that has a profile */
+    bit<32> port_rate;       /* a PFC frame's port: see set_quantum */
+    bit<32> port_quantum;
+    bit<32> port_gate_leak;
+    bit<32> p_idx;        /* a cell of the packet's ingress port: the queue a received PFC
+                           * class pauses, or the port and class an XOFF goes to */
+    bit<16> p_quanta;     /* what the received PFC frame asks of that class */
+    bit<48> pu;           /* until when the queue drain() brought up to date is paused */
+    /* What the steps read from registers. One variable for each kind, shared by the steps:
+     * each would be a field of its own. */
+    bit<48> last;         /* a queue's last update, or when an XOFF was last sent or renewed */
+    bit<64> ports;        /* the ports paused on a queue's account */
+    bit<32> adm;          /* bytes admitted into a queue */
+    bit<32> seen_max;     /* a maximum the agent reads and clears */
+
     /* A port's PFC quantum (us, times 2^10), for the pauses it receives; its drain rate
      * (bytes per 2^20 us), to bring its phantoms up to date as a pause begins; and what its
      * kernel gate lets through as it closes (bytes), which the phantom drains then. */
     action set_quantum(bit<32> quantum_us_q10, bit<32> rate_q20, bit<32> gate_leak) {
-        meta.quantum_us_q10 = quantum_us_q10;
-        meta.port_rate_q20 = rate_q20;
-        meta.gate_leak = gate_leak;
+        port_quantum = quantum_us_q10;
+        port_rate = rate_q20;
+        port_gate_leak = gate_leak;
     }
     table ingress_port_quantum {
         key = { std_meta.ingress_port: exact; }
-        actions = { set_quantum; NoAction; }
-        default_action = NoAction();
+        actions = { set_quantum; }
+        default_action = set_quantum(0, 0, 0);  /* a port without one: no pause, no drain */
         size = NUM_PORTS;
     }
 
-    /* Bring the phantom up to date at `now`: drain it over the unpaused time since last. */
-    action drain(bit<32> idx) {
-        bit<32> q;
-        bit<48> last;
-        bit<48> pu;
+    /* Bring the phantom of cell idx up to date at `now` (into q): drain it at the port's rate
+     * over the time since its last update that the class was not paused (until pu). q is
+     * read from the register and then only ever assigned from itself: p4c would otherwise copy
+     * this whole expression into each later use of q in the action, and BMv2 evaluate it
+     * there again. */
+    action drain(bit<32> idx, bit<32> rate_q20) {
         q_bytes.read(q, idx);
         q_time.read(last, idx);
         paused_until.read(pu, idx);
         bit<48> start = (pu > last) ? pu : last;
-        bit<64> elapsed = (meta.now > start) ? (bit<64>) (meta.now - start) : 64w0;
-        bit<64> drained = (elapsed * (bit<64>) meta.port_rate_q20) >> 20;
-        meta.q = ((bit<64>) q > drained) ? q - (bit<32>) drained : 32w0;
+        bit<64> drained = ((bit<64>) (NOW |-| start) * (bit<64>) rate_q20) >> 20;
+        q = (bit<32>) ((bit<64>) q |-| drained);  /* |-|: saturating, one operation in BMv2 */
     }
 
-    /* Which queue a data packet joins (its egress port and class) or a tick names, and when.
-     *
-     * Why so much is folded into single actions here: BMv2 interprets the program table by
-     * table, and p4c makes a hidden table of every straight run of statements between two
-     * conditions, so each `if` on the per-packet path costs a condition and a table. The
-     * common path (a data packet into a lossless queue) goes through locate, queue_profile
-     * (which also drains the phantom) and admit (which also runs RED). */
-    action locate() {
-        meta.now = std_meta.ingress_global_timestamp;
-        bool is_tick = meta.lossless_kind == LOSSLESS_TICK;
-        meta.q_port = is_tick ? (bit<32>) hdr.tick.port : (bit<32>) std_meta.egress_spec;
-        meta.q_tc = is_tick ? (tc_t) hdr.tick.tc : meta.tc;
-        meta.q_idx = meta.q_port * NUM_TCS + (bit<32>) meta.q_tc;
-    }
-
-    /* Per (egress port, class): the port's drain rate (bytes per 2^20 us), the ECN profile and
-     * the PFC thresholds, in bytes; and the queue's phantom, drained until now (meta.q). One
-     * lookup per packet: BMv2 pays for every table. */
-    action set_queue_profile(bit<32> rate_q20, bit<1> ecn_enable, bit<32> kmin, bit<32> kmax,
-                             bit<32> pmax_slope, bit<1> pfc_enable, bit<32> xoff, bit<32> xon,
-                             bit<16> pause_quanta, bit<48> refresh_us) {
-        meta.qp_valid = 1;
-        meta.port_rate_q20 = rate_q20;
-        meta.ecn_enable = ecn_enable;
-        meta.kmin = kmin;
-        meta.kmax = kmax;
-        meta.pmax_slope = pmax_slope;
-        meta.pfc_enable = pfc_enable;
-        meta.xoff = xoff;
-        meta.xon = xon;
-        meta.pause_quanta = pause_quanta;
-        meta.refresh_us = refresh_us;
-        drain(meta.q_idx);
-    }
-    table queue_profile {
-        key = { meta.q_port: exact; meta.q_tc: exact; }
-        actions = { set_queue_profile; NoAction; }
-        default_action = NoAction();
-        size = PORT_TC_CELLS;
-    }
-
-    /* A data packet joins its queue: the phantom grows by its bytes, and so does the count of
-     * bytes admitted (what a resync subtracts the kernel's released bytes from). And RED on
-     * the phantom, for ECN-capable packets where the queue marks (Floyd and Jacobson 1993,
-     * without the averaging, as switch ASICs do it on the instantaneous queue): above Kmax
-     * always, between Kmin and Kmax with a probability rising linearly to Pmax. Both in one
-     * action, and the CE mark written through a ternary: one table on the common path. */
-    action admit() {
-        meta.q = meta.q + std_meta.packet_length;
-        q_bytes.write(meta.q_idx, meta.q);
-        q_time.write(meta.q_idx, meta.now);
-        bit<32> adm;
-        admitted.read(adm, meta.q_idx);
-        admitted.write(meta.q_idx, adm + std_meta.packet_length);
+    /* A data packet joins its queue (egress port, class), in one action, since BMv2 pays for
+     * every table: the phantom is drained until now and grows by the packet's bytes, and so
+     * does the count of bytes admitted (what a resync subtracts the kernel's released bytes
+     * from). RED on the phantom decides the CE mark, for ECN-capable packets (Floyd and
+     * Jacobson 1993, without the averaging, as switch ASICs do it on the instantaneous queue):
+     * above Kmin with a probability rising linearly to Pmax at Kmax, always above Kmax. And
+     * whether the packet took the queue past XOFF.
+     * The entry's key is the packet's own (egress_spec, class): a data packet needs no step
+     * to find its queue. Thresholds are in bytes, the rate in bytes per 2^20 us. A queue that
+     * does not mark has kmin and kmax, and a lossy queue xoff, at THRESHOLD_NEVER: no flag
+     * per feature to test on every packet. */
+    action admit(bit<32> idx, bit<32> rate_q20, bit<32> kmin, bit<32> kmax,
+                 bit<32> pmax_slope, bit<32> xoff) {
+        q_idx = idx;
+        drain(q_idx, rate_q20);
+        q = q + std_meta.packet_length;
+        q_bytes.write(q_idx, q);
+        q_time.write(q_idx, NOW);
+        admitted.read(adm, q_idx);
+        adm = adm + std_meta.packet_length;
+        admitted.write(q_idx, adm);
         meta.lossless_data = 1;
         bit<16> r;
         random(r, 16w0, 16w0xffff);
-        bit<64> p16 = ((bit<64>) (meta.q - meta.kmin) * (bit<64>) meta.pmax_slope) >> 16;
-        meta.ce_mark = (meta.ecn_enable == 1 && hdr.ipv4.ecn != 0 &&
-                        (meta.q > meta.kmax || (meta.q > meta.kmin && (bit<64>) r < p16)))
-                       ? 1w1 : 1w0;
-        hdr.ipv4.ecn = (meta.ce_mark == 1) ? 2w3 : hdr.ipv4.ecn;
+        bit<64> p16 = ((bit<64>) (q - kmin) * (bit<64>) pmax_slope) >> 16;
+        ce_mark = (hdr.ipv4.ecn != 0 && (q > kmax || (q > kmin && (bit<64>) r < p16)))
+                  ? 1w1 : 1w0;
+        xoff_due = (q > xoff) ? 1w1 : 1w0;
+    }
+    /* A queue without a profile keeps no phantom: it neither marks nor pauses. */
+    action unprofiled() {
+        q_idx = 0;  /* not used: only said so that the compiler sees it set */
+        ce_mark = 0;
+        xoff_due = 0;
+    }
+    table queue_profile {
+        key = { std_meta.egress_spec: exact; meta.tc: exact; }
+        actions = { admit; unprofiled; }
+        default_action = unprofiled();
+        size = PORT_TC_CELLS;
     }
 
-    /* A pause (quanta > 0) or its end (quanta 0) for queue idx, at `now`. The phantom is first
-     * brought up to date: it drained until this instant, and a pause that froze it as it stood
-     * at its last packet or tick would lose that drain, so that the phantom stood above the
-     * real queue by the port's rate times that gap, at every pause (measured before this: up
-     * to 50 KB at 10 Mbit/s, about 25 ms of the link, between two resyncs).
+    /* The agent's tick names its queue (egress port, class): the phantom drained until now,
+     * and the queue's PFC settings for the tick's verdict. */
+    action tick_queue(bit<32> idx, bit<32> rate_q20, bit<32> xon, bit<16> pause_quanta,
+                      bit<48> refresh_us) {
+        q_idx = idx;
+        drain(q_idx, rate_q20);
+        q_xon = xon;
+        q_pause_quanta = pause_quanta;
+        q_refresh_us = refresh_us;
+        tick_valid = 1;
+    }
+    /* A tick for a queue without a profile: its phantom is the resync's level, and it sends
+     * no PFC. */
+    action tick_unprofiled() {
+        q_idx = (bit<32>) hdr.tick.port * NUM_TCS + (bit<32>) hdr.tick.tc;
+        q = 0;
+        q_xon = 0;
+        q_pause_quanta = 0;
+        q_refresh_us = 0;
+        tick_valid = 0;
+    }
+    table tick_profile {
+        key = { hdr.tick.port: exact; hdr.tick.tc: exact; }
+        actions = { tick_queue; tick_unprofiled; }
+        default_action = tick_unprofiled();
+        size = PORT_TC_CELLS;
+    }
+
+    /* A pause (p_quanta > 0) or its end (p_quanta 0) for queue p_idx, at `now`, unless the
+     * PFC watchdog has the queue ignore PFC. The phantom is first brought up to date: it
+     * drained until this instant, and a pause that froze it as it stood at its last packet or
+     * tick would lose that drain, so that the phantom stood above the real queue by the port's
+     * rate times that gap, at every pause (measured before this: up to 50 KB at 10 Mbit/s,
+     * about 25 ms of the link, between two resyncs).
      * A pause that begins (the class was not paused) also drains what the kernel gate lets
      * through as it closes (testbed.ports: a closed tbf still holds a burst of the largest
      * frame, two 4 KB RoCE frames with a 9000-byte MTU). Without it the phantom stood that
      * much above the kernel queue after every pause: measured 2 frames a pause, 30 KB between
-     * two resyncs at 20 Mbit/s. */
-    action pause_queue(bit<32> idx, bit<16> quanta) {
-        drain(idx);
-        bit<32> q = meta.q;
-        bit<48> pu;
-        paused_until.read(pu, idx);
-        if (quanta != 0 && pu <= meta.now) {
-            q = (q > meta.gate_leak) ? q - meta.gate_leak : 32w0;
-        }
-        q_bytes.write(idx, q);
-        q_time.write(idx, meta.now);
-        paused_until.write(idx, meta.now +
-            (bit<48>) (((bit<64>) quanta * (bit<64>) meta.quantum_us_q10) >> 10));
+     * two resyncs at 20 Mbit/s. An ignored class is only brought up to date: its paused_until
+     * is written back as it was. */
+    action pause_queue() {
+        drain(p_idx, port_rate);
+        bit<1> ignored;
+        pfc_ignored.read(ignored, p_idx);
+        bit<32> leak = (ignored == 0 && p_quanta != 0 && pu <= NOW) ? port_gate_leak : 32w0;
+        q = q |-| leak;
+        q_bytes.write(p_idx, q);
+        q_time.write(p_idx, NOW);
+        pu = (ignored == 1) ? pu : NOW +
+            (bit<48>) (((bit<64>) p_quanta * (bit<64>) port_quantum) >> 10);
+        paused_until.write(p_idx, pu);
+    }
+
+    /* An XOFF toward the port a data packet came from: the cell of that port and the
+     * packet's class (p_idx), the quanta the XOFF asks for, and how often it is renewed while
+     * the queue stays over XOFF. The pause lasts the quanta times 512 bit times of that
+     * port's own link, so the renewal belongs to the ingress port, not to the queue. Applied
+     * only to a packet that took its queue past XOFF. */
+    action set_xoff(bit<32> base, bit<16> pause_quanta, bit<48> refresh_us) {
+        p_idx = base + (bit<32>) meta.tc;
+        q_pause_quanta = pause_quanta;
+        q_refresh_us = refresh_us;
+    }
+    /* A port without one (none is left out): the longest pause, renewed by every packet. */
+    action xoff_unprofiled() {
+        p_idx = (bit<32>) std_meta.ingress_port * NUM_TCS + (bit<32>) meta.tc;
+        q_pause_quanta = 0xFFFF;
+        q_refresh_us = 0;
+    }
+    table xoff_profile {
+        key = { std_meta.ingress_port: exact; }
+        actions = { set_xoff; xoff_unprofiled; }
+        default_action = xoff_unprofiled();
+        size = NUM_PORTS;
     }
 
     apply {
-        if (meta.lossless_kind == LOSSLESS_DATA || meta.lossless_kind == LOSSLESS_TICK) {
-            locate();
-            bit<32> idx = meta.q_idx;
-            queue_profile.apply();  /* and the phantom drained until now, when it has one */
-
-            if (meta.lossless_kind == LOSSLESS_DATA && meta.qp_valid == 1) {
-                /* A data packet on its way to (egress_spec, tc): it joins the queue. */
-                admit();  /* and ECN: RED on the phantom */
-                if (meta.ce_mark == 1) {
-                    ecn_marked.count(idx);
+        if (meta.lossless_kind == LOSSLESS_DATA) {
+            /* A routed data packet: it joins its queue, if the queue has a profile. */
+            queue_profile.apply();  /* admit: the phantom, ECN, and whether XOFF is due */
+            if ((ce_mark | xoff_due) == 1) {  /* one test on the common path, not two */
+                if (ce_mark == 1) {
+                    ecn_marked.count(q_idx);
+                    hdr.ipv4.ecn = 3;
                 }
-
-                /* PFC: over XOFF, pause the port the packet came from (refreshed before the
+                /* PFC: over XOFF, pause the port the packet came from (renewed before the
                  * pause expires). */
-                bit<32> q = meta.q;
-                if (meta.pfc_enable == 1 && q > meta.xoff) {
-                    bit<32> pidx = (bit<32>) std_meta.ingress_port * NUM_TCS
-                                   + (bit<32>) meta.tc;
-                    bit<48> last;
-                    xoff_sent_at.read(last, pidx);
-                    bit<64> ports;
-                    paused_by.read(ports, idx);
+                if (xoff_due == 1) {
+                    xoff_profile.apply();
+                    xoff_sent_at.read(last, p_idx);
+                    paused_by.read(ports, q_idx);
                     bit<64> me = (bit<64>) 1 << (bit<8>) std_meta.ingress_port;
-                    paused_by.write(idx, ports | me);
+                    bit<64> with_me = ports | me;
+                    paused_by.write(q_idx, with_me);
                     /* XOFF if this port is not paused on this queue's account (never, or an
-                     * XON resumed it), or to refresh a pause that is about to expire. */
-                    if ((ports & me) == 0 || meta.now - last > meta.refresh_us) {
-                        xoff_sent_at.write(pidx, meta.now);
+                     * XON resumed it), or to renew a pause that is about to expire. */
+                    if ((ports & me) == 0 || NOW - last > q_refresh_us) {
+                        xoff_sent_at.write(p_idx, NOW);
                         meta.pfc_tc = meta.tc;
-                        meta.pfc_quanta = meta.pause_quanta;
-                        pfc_xoff_triggered.count(pidx);
+                        meta.pfc_quanta = q_pause_quanta;
+                        pfc_xoff_triggered.count(p_idx);
                         clone_preserving_field_list(CloneType.I2E,
                                                     (bit<32>) std_meta.ingress_port, FL_PFC);
                     }
                 }
-            } else if (meta.lossless_kind == LOSSLESS_TICK) {
-                /* The agent's tick for (port, class). A resync tick carries the kernel's
-                 * backlog: the phantom takes it and the drift is recorded. A timer tick
-                 * (backlog all ones) only asks the program to judge its own drained phantom.
-                 * Either way: XON if the queue drained, XOFF again if it is still full. */
-                ticks.count(idx);
-                bit<32> level = meta.q;
-                if (hdr.tick.backlog != TICK_TIMER_ONLY) {
-                    level = hdr.tick.backlog;
-                    if (hdr.tick.sent != TICK_SENT_UNKNOWN) {
-                        bit<32> adm;
-                        admitted.read(adm, idx);
-                        bit<32> occupancy = adm - hdr.tick.sent;
-                        /* below the backlog (or "negative"): counters out of step, e.g. a
-                         * queue without a profile earlier; the kernel's backlog is a floor */
-                        if (occupancy[31:31] == 0 && occupancy > level) {
-                            level = occupancy;
-                        }
-                    }
-                    drift.write(idx, meta.q - level);
-                    held.write(idx, level - hdr.tick.backlog);
-                    bit<32> peak;
-                    occupancy_max.read(peak, idx);
-                    if (level > peak) {
-                        occupancy_max.write(idx, level);
-                    }
-                    if (level > meta.q) {
-                        bit<32> worst;
-                        below_max.read(worst, idx);
-                        if (level - meta.q > worst) {
-                            below_max.write(idx, level - meta.q);
-                        }
+            }
+        } else if (meta.lossless_kind == LOSSLESS_TICK) {
+            /* The agent's tick for (port, class). A resync tick carries the kernel's
+             * backlog: the phantom takes it and the drift is recorded. A timer tick
+             * (backlog all ones) only asks the program to judge its own drained phantom.
+             * Either way: XON if the queue drained, XOFF again if it is still full. */
+            tick_profile.apply();
+            ticks.count(q_idx);
+            bit<32> level = q;
+            if (hdr.tick.backlog != TICK_TIMER_ONLY) {
+                level = hdr.tick.backlog;
+                if (hdr.tick.sent != TICK_SENT_UNKNOWN) {
+                    admitted.read(adm, q_idx);
+                    bit<32> occupancy = adm - hdr.tick.sent;
+                    /* below the backlog (or "negative"): counters out of step, e.g. a
+                     * queue without a profile earlier; the kernel's backlog is a floor */
+                    if (occupancy[31:31] == 0 && occupancy > level) {
+                        level = occupancy;
                     }
                 }
-                q_bytes.write(idx, level);
-                q_time.write(idx, meta.now);
-                bit<64> ports;
-                paused_by.read(ports, idx);
-                meta.pfc_ports = ports;
-                meta.pfc_tc = (tc_t) hdr.tick.tc;
-                if (ports == 0 || meta.qp_valid == 0) {
-                    mark_to_drop(std_meta);
-                } else if (level <= meta.xon) {
-                    meta.pfc_quanta = 0;                  /* XON: the queue has drained */
-                    paused_by.write(idx, 0);
+                bit<32> d = q - level;
+                drift.write(q_idx, d);
+                bit<32> h = level - hdr.tick.backlog;
+                held.write(q_idx, h);
+                occupancy_max.read(seen_max, q_idx);
+                if (level > seen_max) {
+                    occupancy_max.write(q_idx, level);
+                }
+                if (level > q) {
+                    below_max.read(seen_max, q_idx);
+                    bit<32> below = level - q;
+                    if (below > seen_max) {
+                        below_max.write(q_idx, below);
+                    }
+                }
+            }
+            q_bytes.write(q_idx, level);
+            q_time.write(q_idx, NOW);
+            paused_by.read(ports, q_idx);
+            meta.pfc_ports = ports;
+            meta.pfc_tc = (tc_t) hdr.tick.tc;
+            if (ports == 0 || tick_valid == 0) {
+                mark_to_drop(std_meta);
+            } else if (level <= q_xon) {
+                meta.pfc_quanta = 0;                  /* XON: the queue has drained */
+                paused_by.write(q_idx, 0);
+                std_meta.mcast_grp = PFC_MCAST_GROUP;
+            } else {
+                /* Above XON the pause holds (PFC's hysteresis): renew it before it
+                 * expires, however long that takes -- this is what lets a cycle of full
+                 * buffers deadlock, as on real switches. */
+                refreshed_at.read(last, q_idx);
+                if (NOW - last > q_refresh_us) {
+                    refreshed_at.write(q_idx, NOW);
+                    meta.pfc_quanta = q_pause_quanta;
                     std_meta.mcast_grp = PFC_MCAST_GROUP;
                 } else {
-                    /* Above XON the pause holds (PFC's hysteresis): refresh it before it
-                     * expires, however long that takes -- this is what lets a cycle of full
-                     * buffers deadlock, as on real switches. */
-                    bit<48> last;
-                    refreshed_at.read(last, idx);
-                    if (meta.now - last > meta.refresh_us) {
-                        refreshed_at.write(idx, meta.now);
-                        meta.pfc_quanta = meta.pause_quanta;
-                        std_meta.mcast_grp = PFC_MCAST_GROUP;
-                    } else {
-                        mark_to_drop(std_meta);
-                    }
+                    mark_to_drop(std_meta);
                 }
             }
         } else if (meta.lossless_kind == LOSSLESS_PFC) {
             /* A PFC frame from the peer of this port: the phantoms of its classes stop draining
              * for the pause time (the agent closes the kernel gates). */
-            meta.now = std_meta.ingress_global_timestamp;
             ingress_port_quantum.apply();
             bit<32> base = (bit<32>) std_meta.ingress_port * NUM_TCS;
-            bit<1> ignored;
             PFC_PAUSE_CLASS(0, time0)
             PFC_PAUSE_CLASS(1, time1)
             PFC_PAUSE_CLASS(2, time2)
@@ -327,42 +391,40 @@ control RocePfcEgress(inout headers_t hdr,
     apply {
         bool is_clone = std_meta.instance_type == PKT_INSTANCE_TYPE_INGRESS_CLONE;
         bool is_replica = std_meta.instance_type == PKT_INSTANCE_TYPE_REPLICATION;
-        if (!is_clone && !is_replica) {
-            return;
-        }
+        /* no `return` here: p4c makes a flag of each, one more field BMv2 resets per packet */
         if (is_replica &&
             ((meta.pfc_ports >> (bit<8>) std_meta.egress_port) & 1) == 0) {
             mark_to_drop(std_meta);
-            return;
+        } else if (is_clone || is_replica) {
+            hdr.ethernet.dst_addr = PFC_DST_MAC;
+            hdr.ethernet.ether_type = ETHERTYPE_MAC_CONTROL;
+            port_mac.apply();
+            hdr.pfc.setValid();
+            hdr.pfc.opcode = MAC_CONTROL_PFC;
+            hdr.pfc.class_enable = (bit<16>) 1 << (bit<8>) meta.pfc_tc;
+            hdr.pfc.time0 = 0;
+            hdr.pfc.time1 = 0;
+            hdr.pfc.time2 = 0;
+            hdr.pfc.time3 = 0;
+            hdr.pfc.time4 = 0;
+            hdr.pfc.time5 = 0;
+            hdr.pfc.time6 = 0;
+            hdr.pfc.time7 = 0;
+            if (meta.pfc_tc == 0) { hdr.pfc.time0 = meta.pfc_quanta; }
+            if (meta.pfc_tc == 1) { hdr.pfc.time1 = meta.pfc_quanta; }
+            if (meta.pfc_tc == 2) { hdr.pfc.time2 = meta.pfc_quanta; }
+            if (meta.pfc_tc == 3) { hdr.pfc.time3 = meta.pfc_quanta; }
+            if (meta.pfc_tc == 4) { hdr.pfc.time4 = meta.pfc_quanta; }
+            if (meta.pfc_tc == 5) { hdr.pfc.time5 = meta.pfc_quanta; }
+            if (meta.pfc_tc == 6) { hdr.pfc.time6 = meta.pfc_quanta; }
+            if (meta.pfc_tc == 7) { hdr.pfc.time7 = meta.pfc_quanta; }
+            hdr.ipv4.setInvalid();
+            hdr.udp.setInvalid();
+            hdr.bth.setInvalid();
+            hdr.tick.setInvalid();
+            truncate(60);
+            pfc_tx.count((bit<32>) std_meta.egress_port * NUM_TCS + (bit<32>) meta.pfc_tc);
         }
-        hdr.ethernet.dst_addr = PFC_DST_MAC;
-        hdr.ethernet.ether_type = ETHERTYPE_MAC_CONTROL;
-        port_mac.apply();
-        hdr.pfc.setValid();
-        hdr.pfc.opcode = MAC_CONTROL_PFC;
-        hdr.pfc.class_enable = (bit<16>) 1 << (bit<8>) meta.pfc_tc;
-        hdr.pfc.time0 = 0;
-        hdr.pfc.time1 = 0;
-        hdr.pfc.time2 = 0;
-        hdr.pfc.time3 = 0;
-        hdr.pfc.time4 = 0;
-        hdr.pfc.time5 = 0;
-        hdr.pfc.time6 = 0;
-        hdr.pfc.time7 = 0;
-        if (meta.pfc_tc == 0) { hdr.pfc.time0 = meta.pfc_quanta; }
-        if (meta.pfc_tc == 1) { hdr.pfc.time1 = meta.pfc_quanta; }
-        if (meta.pfc_tc == 2) { hdr.pfc.time2 = meta.pfc_quanta; }
-        if (meta.pfc_tc == 3) { hdr.pfc.time3 = meta.pfc_quanta; }
-        if (meta.pfc_tc == 4) { hdr.pfc.time4 = meta.pfc_quanta; }
-        if (meta.pfc_tc == 5) { hdr.pfc.time5 = meta.pfc_quanta; }
-        if (meta.pfc_tc == 6) { hdr.pfc.time6 = meta.pfc_quanta; }
-        if (meta.pfc_tc == 7) { hdr.pfc.time7 = meta.pfc_quanta; }
-        hdr.ipv4.setInvalid();
-        hdr.udp.setInvalid();
-        hdr.bth.setInvalid();
-        hdr.tick.setInvalid();
-        truncate(60);
-        pfc_tx.count((bit<32>) std_meta.egress_port * NUM_TCS + (bit<32>) meta.pfc_tc);
     }
 }
 

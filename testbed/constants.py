@@ -52,6 +52,9 @@ ETH_P_TICK = 0x88B6
 TICK_TIMER_ONLY = 0xFFFFFFFF
 #: A tick's sent field when the agent does not know what the kernel let go of.
 TICK_SENT_UNKNOWN = 0xFFFFFFFF
+#: A queue threshold (ECN's Kmin and Kmax, PFC's XOFF) that no queue reaches: what a queue that
+#: does not mark, or is not lossless, is given, so that the program tests no flag per packet.
+THRESHOLD_NEVER = 0xFFFFFFFF
 
 # -- P4 drop counter ------------------------------------------------------------------------------
 

@@ -25,8 +25,8 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from testbed.config import HASH_FIELDS, FabricConfig
 from testbed.constants import AGENT_PORT as AGENT_PORT  # re-exported: testbed.network's
-from testbed.constants import PFC_MCAST_GROUP
-from testbed.qos import gate_leak_roce_bytes, quantum_us, queue_profiles
+from testbed.constants import NUM_TCS, PFC_MCAST_GROUP, THRESHOLD_NEVER
+from testbed.qos import gate_leak_roce_bytes, pause_renewal_us, quantum_us, queue_profiles
 from testbed.topology import Route, Switch, Topology, compute_routes, link_ends
 
 P4_DIR = Path(__file__).resolve().parent.parent / "p4"
@@ -268,11 +268,16 @@ def routing_entries(b: EntryBuilder, routes: list[Route]) -> list[p4runtime_pb2.
 
 
 def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
-    """PFC quanta, port MACs, queue profiles (with port rates), the PFC multicast group, one clone
-    session per port (session id = port, so ingress can clone toward the port a packet came in)."""
+    """PFC quanta, XOFF renewals, port MACs, queue profiles (with port rates) for data packets
+    and for ticks, the PFC multicast group, one clone session per port (session id = port, so
+    ingress can clone toward the port a packet came in)."""
     ents: list[p4runtime_pb2.Entity] = []
     lossless = f"{INGRESS}.lossless"
     gate_leak = gate_leak_roce_bytes(cfg.fabric.mtu)
+    pfc = cfg.qos.pfc
+    # a tick renews the pauses on every port paused on its queue's account at once: as often
+    # as the shortest of them needs, the one on the switch's fastest link
+    tick_renewal = pause_renewal_us(cfg.qos, max(p.rate_mbps for p in sw.ports.values()))
     for port in sw.ports.values():
         rate_q20 = int(port.rate_mbps * 1e6 / 8 * 2**20 / 1e6)
         ents.append(b.entry(f"{lossless}.ingress_port_quantum",
@@ -280,6 +285,10 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
                             b.action(f"{lossless}.set_quantum",
                                      quantum_us_q10=int(quantum_us(port.rate_mbps) * 1024),
                                      rate_q20=rate_q20, gate_leak=gate_leak)))
+        ents.append(b.entry(f"{lossless}.xoff_profile", {"std_meta.ingress_port": port.number},
+                            b.action(f"{lossless}.set_xoff", base=port.number * NUM_TCS,
+                                     pause_quanta=pfc.pause_quanta,
+                                     refresh_us=pause_renewal_us(cfg.qos, port.rate_mbps))))
         ents.append(b.entry(f"{EGRESS}.pfc_egress.port_mac",
                             {"std_meta.egress_port": port.number},
                             b.action(f"{EGRESS}.pfc_egress.set_port_mac",
@@ -287,13 +296,21 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
         for tc, prof in queue_profiles(cfg.qos, port.rate_mbps, mtu=cfg.fabric.mtu).items():
             if not (prof.ecn or prof.pfc):
                 continue
+            # one cell per (port, class) in every register; a data packet finds its queue by
+            # its own (egress port, class), a tick by the (port, class) it names
+            idx = port.number * NUM_TCS + tc
             ents.append(b.entry(
-                f"{lossless}.queue_profile", {"meta.q_port": port.number, "meta.q_tc": tc},
-                b.action(f"{lossless}.set_queue_profile", rate_q20=rate_q20,
-                         ecn_enable=int(prof.ecn),
-                         kmin=prof.kmin, kmax=prof.kmax, pmax_slope=prof.pmax_slope,
-                         pfc_enable=int(prof.pfc), xoff=prof.xoff, xon=prof.xon,
-                         pause_quanta=prof.pause_quanta, refresh_us=prof.refresh_us)))
+                f"{lossless}.queue_profile", {"std_meta.egress_spec": port.number,
+                                              "meta.tc": tc},
+                b.action(f"{lossless}.admit", idx=idx, rate_q20=rate_q20,
+                         kmin=prof.kmin if prof.ecn else THRESHOLD_NEVER,
+                         kmax=prof.kmax if prof.ecn else THRESHOLD_NEVER,
+                         pmax_slope=prof.pmax_slope,
+                         xoff=prof.xoff if prof.pfc else THRESHOLD_NEVER)))
+            ents.append(b.entry(
+                f"{lossless}.tick_profile", {"hdr.tick.port": port.number, "hdr.tick.tc": tc},
+                b.action(f"{lossless}.tick_queue", idx=idx, rate_q20=rate_q20, xon=prof.xon,
+                         pause_quanta=prof.pause_quanta, refresh_us=tick_renewal)))
         ents.append(b.clone_session(port.number, port.number))
     ents.append(b.multicast_group(PFC_MCAST_GROUP, list(sw.ports)))
     return ents

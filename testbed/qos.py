@@ -84,7 +84,6 @@ class QueueProfile:
     xon: int
     headroom: int
     pause_quanta: int
-    refresh_us: int
     kernel_limit: int  # the kernel queue's byte limit: the buffer, plus the emulation's slack
 
     @property
@@ -95,6 +94,14 @@ class QueueProfile:
 
 def quantum_us(rate_mbps: float) -> float:
     return PFC_QUANTUM_BITS / rate_mbps
+
+
+def pause_renewal_us(qos: QosConfig, rate_mbps: float) -> int:
+    """How often an XOFF sent on a link of this rate is renewed while its queue stays full:
+    ``refresh_fraction`` of the pause it asks for, which lasts ``pause_quanta`` quanta of that
+    link (IEEE 802.1Qbb). A switch renews each XOFF at the rate of the link it went out on, so
+    a pause toward a fast link does not lapse while a slow queue is still full."""
+    return int(qos.pfc.pause_quanta * quantum_us(rate_mbps) * qos.pfc.refresh_fraction)
 
 
 def required_headroom(qos: QosConfig, rate_mbps: float, frame: int | None = None,
@@ -119,7 +126,6 @@ def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,
     frame = roce_frame_bytes(mtu) if frame is None else frame
     out = {}
     headroom = qos.pfc.headroom_bytes or required_headroom(qos, rate_mbps, frame, mtu=mtu)
-    pause_us = qos.pfc.pause_quanta * quantum_us(rate_mbps)
     for tc in range(NUM_TCS):
         e = qos.ecn.get(tc)
         lossless = tc in qos.pfc_enable
@@ -135,8 +141,7 @@ def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,
         out[tc] = QueueProfile(
             tc=tc, buffer_bytes=buffer, ecn=e is not None, kmin=e.kmin_bytes if e else 0,
             kmax=kmax, pmax=e.pmax if e else 0.0, pfc=lossless, xoff=xoff, xon=xon,
-            headroom=headroom, pause_quanta=qos.pfc.pause_quanta,
-            refresh_us=int(pause_us * qos.pfc.refresh_fraction), kernel_limit=buffer + slack)
+            headroom=headroom, pause_quanta=qos.pfc.pause_quanta, kernel_limit=buffer + slack)
     return out
 
 

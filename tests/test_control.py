@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from testbed.config import FabricConfig, FabricShape
+from testbed.constants import THRESHOLD_NEVER
 from testbed.control import (
     INGRESS,
     PFC_MCAST_GROUP,
@@ -337,6 +338,8 @@ def test_lossless_entries_give_each_port_its_rate_profile_mac_and_clone_session(
     quanta = exact(ents, f"{lossless}.ingress_port_quantum")
     macs = exact(ents, "RoceEgress.pfc_egress.port_mac")
     profiles = exact(ents, f"{lossless}.queue_profile")
+    ticks = exact(ents, f"{lossless}.tick_profile")
+    xoffs = exact(ents, f"{lossless}.xoff_profile")
     for port in leaf.ports.values():
         rate = port.rate_mbps
         assert rate == (10 if port.peer.startswith("h") else 40)
@@ -349,19 +352,51 @@ def test_lossless_entries_give_each_port_its_rate_profile_mac_and_clone_session(
         # and what its closing gate lets through: two 4,170-byte RoCE frames at MTU 9000
         assert quanta[(("std_meta.ingress_port", port.number),)].get("gate_leak") == 8340
         assert macs[(("std_meta.egress_port", port.number),)].get("mac") == mac_to_int(port.mac)
-        # only class 3 (ECN and PFC) has a profile; class 6 (CNPs) is neither
-        mine = {k[1][1]: a for k, a in profiles.items() if k[0] == ("meta.q_port", port.number)}
+        # only class 3 (ECN and PFC) has a profile; class 6 (CNPs) is neither. A data packet
+        # finds it by its own egress port and class, a tick by the port and class it names,
+        # and both lead to the queue's cell in the registers
+        mine = {k[1][1]: a for k, a in profiles.items()
+                if k[0] == ("std_meta.egress_spec", port.number)}
         assert set(mine) == {3}
         p = queue_profiles(cfg.qos, rate)[3]
+        cell = port.number * 8 + 3
         assert dict(mine[3].params) == {
-            "rate_q20": {10: 1_310_720, 40: 5_242_880}[rate],  # bytes per 2^20 us
-            "ecn_enable": 1, "kmin": 8400, "kmax": 42000, "pmax_slope": p.pmax_slope,
-            "pfc_enable": 1, "xoff": p.xoff, "xon": p.xon, "pause_quanta": 65535,
-            "refresh_us": p.refresh_us}
+            "idx": cell, "rate_q20": {10: 1_310_720, 40: 5_242_880}[rate],  # bytes / 2^20 us
+            "kmin": 8400, "kmax": 42000, "pmax_slope": p.pmax_slope, "xoff": p.xoff}
+        theirs = {k[1][1]: a for k, a in ticks.items() if k[0] == ("hdr.tick.port", port.number)}
+        assert set(theirs) == {3}
+        # a tick renews the pauses of every port paused on the queue's account at once: at
+        # the rate of the leaf's fastest link (40), whose pause is the shortest
+        assert dict(theirs[3].params) == {
+            "idx": cell, "rate_q20": {10: 1_310_720, 40: 5_242_880}[rate], "xon": p.xon,
+            "pause_quanta": 65535, "refresh_us": 419_424}
+        # an XOFF from a data packet goes to its ingress port, and is renewed at that link's
+        # rate: a 40 Mbit/s link's pause (65535 quanta of 12.8 us) lapses four times sooner
+        assert dict(xoffs[(("std_meta.ingress_port", port.number),)].params) == {
+            "base": port.number * 8, "pause_quanta": 65535,
+            "refresh_us": {10: 1_677_696, 40: 419_424}[rate]}
     assert sorted(e.args for e in ents if e.kind == "clone") == \
         [(n, n) for n in sorted(leaf.ports)]
     assert [e.args for e in ents if e.kind == "mcast"] == [(PFC_MCAST_GROUP,
                                                            tuple(sorted(leaf.ports)))]
+
+
+def test_a_queue_that_does_not_mark_or_pause_has_that_threshold_out_of_reach() -> None:
+    """The program tests no per-feature flag: a lossless class without ECN has Kmin and Kmax,
+    and a marking class without PFC has XOFF, at a level no queue reaches."""
+    cfg = FabricConfig.model_validate({"qos": {"pfc_enable": [3, 4],
+                                               "ecn": {3: {}, 1: {}}}})
+    leaf = build_topology(cfg).leaves[0]
+    profiles = exact(lossless_entries(Recorder(), leaf, cfg), f"{INGRESS}.lossless.queue_profile")
+    port = min(leaf.ports)
+    mine = {k[1][1]: dict(a.params) for k, a in profiles.items()
+            if k[0] == ("std_meta.egress_spec", port)}
+    assert set(mine) == {1, 3, 4}
+    assert (mine[4]["kmin"], mine[4]["kmax"]) == (THRESHOLD_NEVER, THRESHOLD_NEVER)
+    assert mine[4]["xoff"] < THRESHOLD_NEVER
+    assert mine[1]["xoff"] == THRESHOLD_NEVER
+    assert mine[1]["kmin"] < mine[1]["kmax"] < THRESHOLD_NEVER
+    assert mine[3]["kmax"] < mine[3]["xoff"] < THRESHOLD_NEVER
 
 
 @pytest.mark.parametrize(("value", "bits", "raw"), [

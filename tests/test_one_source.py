@@ -19,6 +19,7 @@ from testbed.config import (
     PfcWatchdogConfig,
     QosConfig,
 )
+from testbed.constants import THRESHOLD_NEVER
 from testbed.qos import (
     endpoint_args,
     gate_leak_bytes,
@@ -180,7 +181,7 @@ def test_switch_and_kernel_thresholds_use_the_fabric_mtu() -> None:
 
     xoffs = {params["xoff"] for _keys, (name, params) in
              (e for e in lossless_entries(Recorder(), topo.leaves[0], cfg) if e)
-             if name.endswith("set_queue_profile") and params["pfc_enable"]}
+             if name.endswith(".admit") and params["xoff"] != THRESHOLD_NEVER}
     rate = cfg.fabric.host_link_mbps  # the default, the same on the fabric links
     assert xoffs == {queue_profiles(cfg.qos, rate, mtu=1500)[3].xoff}
     assert xoffs != {queue_profiles(cfg.qos, rate)[3].xoff}

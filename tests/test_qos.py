@@ -12,7 +12,13 @@ from __future__ import annotations
 import pytest
 
 from testbed.config import ConfigError, FabricConfig, QosConfig
-from testbed.qos import KERNEL_LIMIT_CAP_BYTES, check_qos, queue_profiles, required_headroom
+from testbed.qos import (
+    KERNEL_LIMIT_CAP_BYTES,
+    check_qos,
+    pause_renewal_us,
+    queue_profiles,
+    required_headroom,
+)
 from testbed.validate import parse_config
 
 FRAME, LEAK = 4170, 9014
@@ -41,7 +47,9 @@ def test_lossless_class_at_the_default_config(rate: float) -> None:
     assert p.kernel_limit == p.buffer_bytes + slack == {10.0: 342_694, 40.0: 1_167_694}[rate]
     assert (p.kmin, p.kmax, p.pmax) == (8400, 42_000, 0.2)
     assert p.pause_quanta == 65535
-    assert p.refresh_us == int(65535 * quantum / 2) == {10.0: 1_677_696, 40.0: 419_424}[rate]
+    # an XOFF on a link of this rate is renewed at half its pause
+    assert pause_renewal_us(QosConfig(), rate) == int(65535 * quantum / 2) == \
+        {10.0: 1_677_696, 40.0: 419_424}[rate]
 
 
 @pytest.mark.parametrize("rate", [10.0, 40.0])
