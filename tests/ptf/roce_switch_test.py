@@ -44,6 +44,9 @@ PEER_MAC = {1: "02:00:0a:00:01:01", 2: "02:51:00:01:00:01", 3: "02:51:00:02:00:0
 #: Port 5 runs at 10 kbit/s, so its phantom queue barely drains during a test: the queue
 #: length a tick sets is the one the next packet sees.
 SLOW_PORT, SLOW_MBPS = 5, 0.01
+#: Port 1 runs at 400 Mbit/s: an XOFF toward it (65535 quanta of 1.28 ns) lasts 84 ms, so the
+#: switch renews it within a test, where a 10 Mbit/s port's lasts 3.4 s.
+FAST_PORT, FAST_MBPS = 1, 400.0
 SLOW_NET_HOST = "10.0.5.9"
 SRC_MAC = "02:00:0a:00:09:09"
 H1 = "10.0.1.1"
@@ -82,8 +85,8 @@ def session() -> tuple[SwitchSession, EntryBuilder]:
 
 def switch(seed: int = 0) -> Switch:
     sw = Switch("dut", "leaf", 1, int(tu.test_param_get("device_id", 1)), ecmp_seed=seed)
-    sw.ports = {p: Port(p, SW_MAC[p], "peer", 1, SLOW_MBPS if p == SLOW_PORT else 10.0)
-                for p in range(1, 6)}
+    rates = {SLOW_PORT: SLOW_MBPS, FAST_PORT: FAST_MBPS}
+    sw.ports = {p: Port(p, SW_MAC[p], "peer", 1, rates.get(p, 10.0)) for p in range(1, 6)}
     return sw
 
 
@@ -429,6 +432,39 @@ class PfcGeneration(RoceSwitchTest):
         assert [r[2] for r in rows] == [str(quanta), str(quanta), "0", "0"], rows
         assert all(r[0] in ("0x0101", "257") and int(r[1], 0) == 0x08 for r in rows), rows
         assert all(len(r) < 4 or not r[3] for r in rows), rows
+
+
+class XoffRenewalFollowsTheIngressLink(RoceSwitchTest):
+    """An XOFF lasts its quanta times 512 bit times of the link it goes out on, so while a
+    queue stays over XOFF the switch renews it at that link's pace: toward the 400 Mbit/s port
+    (an 84 ms pause, renewed after 42 ms) within this test, toward a 10 Mbit/s port (3.4 s)
+    not. Renewed at the congested queue's own pace (the 10 kbit/s port's), the fast port's
+    pause would lapse while the queue was still full, and its sender flood the buffer."""
+
+    def runTest(self) -> None:
+        from testbed.qos import pause_renewal_us
+
+        p = profile()
+        tu.send_packet(self, AGENT_PORT, tick(SLOW_PORT, 3, p.xoff + 1000))
+        tu.verify_no_other_packets(self)
+
+        def send(port: int):
+            pkt = udp_pkt(dst=SLOW_NET_HOST, dscp=26, ecn=0)
+            tu.send_packet(self, port, pkt)
+            return pkt
+
+        for port in (FAST_PORT, 2):
+            pkt = send(port)
+            expect_pfc(self, port, p.pause_quanta)
+            tu.verify_packet(self, routed(pkt, SLOW_PORT), SLOW_PORT)
+        renewal_s = pause_renewal_us(FabricConfig().qos, FAST_MBPS) / 1e6
+        assert renewal_s < 0.05
+        time.sleep(2 * renewal_s)  # past the fast port's renewal, far inside port 2's
+        for port in (FAST_PORT, 2):
+            pkt = send(port)
+            tu.verify_packet(self, routed(pkt, SLOW_PORT), SLOW_PORT)
+        expect_pfc(self, FAST_PORT, p.pause_quanta)
+        tu.verify_no_other_packets(self)  # none toward port 2
 
 
 class ForgedTickDropped(RoceSwitchTest):
