@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.analysis import pause_reactions_us  # noqa: E402
 from testbed.config import FabricConfig  # noqa: E402
-from testbed.control import P4_DIR, build_switch_program, lossless_entries  # noqa: E402
+from testbed.entries import P4_DIR, build_switch_program, lossless_entries  # noqa: E402
 from testbed.fabric import Fabric  # noqa: E402
 from testbed.topology import NextHop, Port, Route, Switch, build_topology  # noqa: E402
 from tests.dataplane import bmv2_harness  # noqa: E402

@@ -18,7 +18,8 @@ from pathlib import Path
 from testbed import bmv2_build
 from testbed.bmv2 import Bmv2Options, Bmv2Process
 from testbed.bmv2_build import BuildChoice
-from testbed.control import EntryBuilder, SwitchSession, load_p4info
+from testbed.control import SwitchSession
+from testbed.entries import EntryBuilder, load_p4info
 
 
 def sh(*args: str) -> str:

@@ -88,7 +88,7 @@ def test_drop_reasons_are_the_programs_and_documented() -> None:
 
 def test_array_sizes_of_the_compiled_program() -> None:
     pytest.importorskip("p4.config.v1.p4info_pb2", reason="needs the P4Runtime protobufs")
-    from testbed.control import load_p4info
+    from testbed.entries import load_p4info
 
     info = load_p4info()
     sizes = {c.preamble.name: c.size for c in info.counters}

@@ -1,7 +1,7 @@
-"""The P4Runtime entries the control plane computes for each switch (testbed.control), read back
+"""The P4Runtime entries the control plane computes for each switch (testbed.entries), read back
 through a recording builder: pure data, no switch and no root needed.
 
-A :class:`Recorder` stands in for :class:`testbed.control.EntryBuilder`: it keeps each call's
+A :class:`Recorder` stands in for :class:`testbed.entries.EntryBuilder`: it keeps each call's
 arguments instead of encoding them, so the tests read the routes, ECMP groups and queue
 profiles a switch would be given. One test decodes the real builder's protobufs to show that
 both say the same.
@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import pytest
 
 from testbed.config import FabricConfig, FabricShape
-from testbed.constants import THRESHOLD_NEVER
-from testbed.control import (
+from testbed.constants import PFC_MCAST_GROUP, THRESHOLD_NEVER
+from testbed.entries import (
     INGRESS,
-    PFC_MCAST_GROUP,
     EntryBuilder,
     build_switch_program,
     encode,

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from testbed.config import FabricConfig
-from testbed.control import SwitchSession, build_switch_program
+from testbed.control import SwitchSession
+from testbed.entries import build_switch_program
 from testbed.measure import peer_ports
 from testbed.state import RUNTIME_DIR
 from testbed.topology import build_topology

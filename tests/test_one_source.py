@@ -164,7 +164,7 @@ def test_headroom_and_thresholds_follow_the_mtu() -> None:
 
 def test_switch_and_kernel_thresholds_use_the_fabric_mtu() -> None:
     """The P4 queue profiles and the kernel buffers both come from the fabric's MTU."""
-    from testbed.control import lossless_entries
+    from testbed.entries import lossless_entries
 
     cfg = parse_config({"fabric": {"spines": 1, "leaves": 2, "hosts_per_leaf": 1, "mtu": 1500}})
     topo = build_topology(cfg)

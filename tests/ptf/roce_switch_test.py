@@ -28,11 +28,11 @@ from scapy.layers.l2 import ARP, Ether
 
 from testbed.config import FabricConfig
 from testbed.constants import AGENT_PORT, ETH_P_MAC_CONTROL, NUM_TCS, PFC_DST_MAC
-from testbed.control import (
+from testbed.control import SwitchSession
+from testbed.entries import (
     BMV2_JSON_PATH,
     INGRESS,
     EntryBuilder,
-    SwitchSession,
     build_switch_program,
     load_p4info,
 )
