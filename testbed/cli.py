@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -170,17 +169,9 @@ def _run_exec(fabric, commands: list[str], status: int) -> int:
 
 
 def _stop_all(gentle: bool) -> None:
-    from testbed.state import clean_all, recorded_runs
+    from testbed.state import ask_owners_to_stop, clean_all, recorded_runs
 
-    if gentle:
-        # Ask each run's owner (a `testbed up` in another terminal) to tear down itself first.
-        for st in recorded_runs():
-            try:
-                cmd = Path(f"/proc/{st.owner_pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if st.owner_pid != os.getpid() and b"testbed" in cmd:
-                os.kill(st.owner_pid, signal.SIGTERM)
+    if gentle and ask_owners_to_stop():  # each owner tears its own fabric down first
         deadline = time.monotonic() + 15
         while recorded_runs() and time.monotonic() < deadline:
             time.sleep(0.2)

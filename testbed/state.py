@@ -206,6 +206,21 @@ def running_elsewhere() -> RunState | None:
                  if st.owner_pid != os.getpid() and owner_alive(st)), None)
 
 
+def ask_owners_to_stop() -> list[int]:
+    """SIGTERM each live owner of a recorded run (a `testbed up` in another terminal), so that
+    it tears its fabric down itself; returns the PIDs signalled. Only a process that started no
+    later than its run (not a reused PID) and runs a `testbed` command: a script or a test
+    that holds a fabric is left to `clean_all`, not killed."""
+    pids = []
+    for st in recorded_runs():
+        if st.owner_pid != os.getpid() and owner_alive(st) and "testbed" in _cmdline(
+                st.owner_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(st.owner_pid, signal.SIGTERM)
+                pids.append(st.owner_pid)
+    return pids
+
+
 def clean_orphans() -> list[tuple[str, dict[str, int]]]:
     """Remove what each run whose owner is gone (killed: no teardown) left, as `testbed clean`
     does: its switches, agents and endpoints would otherwise go on taking the CPU from the next

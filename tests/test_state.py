@@ -4,14 +4,23 @@ root."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from testbed import state
-from testbed.state import ProcRecord, RunState, clean_orphans, owner_alive, running_elsewhere
+from testbed.state import (
+    ProcRecord,
+    RunState,
+    ask_owners_to_stop,
+    clean_orphans,
+    owner_alive,
+    running_elsewhere,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -66,3 +75,36 @@ def test_this_process_own_record_is_neither_refused_nor_cleaned() -> None:
     RunState("mine").save()
     assert running_elsewhere() is None
     assert clean_orphans() == []
+
+
+def _testbed_named(seconds: int) -> subprocess.Popen:
+    """A process whose command line names testbed, as a `testbed up` in another terminal."""
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})",
+                             "testbed", "up"])
+
+
+def test_down_asks_a_live_owner_to_stop_but_not_a_reused_pid() -> None:
+    owner, later = _testbed_named(30), _testbed_named(30)
+    try:
+        time.sleep(0.2)  # both have their command lines
+        RunState("up-elsewhere", owner_pid=owner.pid).save()
+        # `later` holds a PID a dead owner's record names, but started after that run
+        RunState("old", owner_pid=later.pid, started=time.time() - 600).save()
+        assert ask_owners_to_stop() == [owner.pid]
+        assert owner.wait(timeout=5) == -signal.SIGTERM
+        assert later.poll() is None  # not signalled
+    finally:
+        for p in (owner, later):
+            p.kill()
+            p.wait()
+
+
+def test_down_leaves_an_owner_that_is_not_a_testbed_command_to_the_clean_up() -> None:
+    script = _sleeper(30)  # a benchmark script or a test holding a fabric
+    try:
+        RunState("scripted", owner_pid=script.pid).save()
+        assert ask_owners_to_stop() == []
+        assert script.poll() is None
+    finally:
+        script.kill()
+        script.wait()
