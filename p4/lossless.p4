@@ -280,8 +280,7 @@ control RoceLossless(inout headers_t hdr,
                     xoff_sent_at.read(last, p_idx);
                     paused_by.read(ports, q_idx);
                     bit<64> me = (bit<64>) 1 << (bit<8>) std_meta.ingress_port;
-                    bit<64> with_me = ports | me;
-                    paused_by.write(q_idx, with_me);
+                    paused_by.write(q_idx, ports | me);
                     /* XOFF if this port is not paused on this queue's account (never, or an
                      * XON resumed it), or to renew a pause that is about to expire. */
                     if ((ports & me) == 0 || NOW - last > q_refresh_us) {
@@ -313,19 +312,16 @@ control RoceLossless(inout headers_t hdr,
                         level = occupancy;
                     }
                 }
-                bit<32> d = q - level;
-                drift.write(q_idx, d);
-                bit<32> h = level - hdr.tick.backlog;
-                held.write(q_idx, h);
+                drift.write(q_idx, q - level);
+                held.write(q_idx, level - hdr.tick.backlog);
                 occupancy_max.read(seen_max, q_idx);
                 if (level > seen_max) {
                     occupancy_max.write(q_idx, level);
                 }
                 if (level > q) {
                     below_max.read(seen_max, q_idx);
-                    bit<32> below = level - q;
-                    if (below > seen_max) {
-                        below_max.write(q_idx, below);
+                    if (level - q > seen_max) {
+                        below_max.write(q_idx, level - q);
                     }
                 }
             }

@@ -278,7 +278,7 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
             ents.append(b.entry(
                 f"{lossless}.tick_profile", {"hdr.tick.port": port.number, "hdr.tick.tc": tc},
                 b.action(f"{lossless}.tick_queue", idx=idx, rate_q20=rate_q20, xon=prof.xon,
-                         pause_quanta=prof.pause_quanta, refresh_us=tick_renewal)))
+                         pause_quanta=pfc.pause_quanta, refresh_us=tick_renewal)))
         ents.append(b.clone_session(port.number, port.number))
     ents.append(b.multicast_group(PFC_MCAST_GROUP, list(sw.ports)))
     return ents
