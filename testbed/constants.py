@@ -97,3 +97,8 @@ def gate_class(major: int) -> int | None:
 #: Go-Back-N's retransmission timer (IB's Local ACK Timeout), seconds, unless a QP or the
 #: scenario (endpoints.retransmit_timeout_ms) sets another.
 RTO_S = 0.5
+
+
+def port_tc_cell(port: int, tc: int) -> int:
+    """The cell of (port, class) in a per-(port, class) P4 array (PORT_TC_CELLS cells)."""
+    return port * NUM_TCS + tc

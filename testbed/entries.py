@@ -16,7 +16,7 @@ from p4.v1 import p4runtime_pb2
 from p4runtime_sh.context import Context, P4Type
 
 from testbed.config import HASH_FIELDS, FabricConfig
-from testbed.constants import NUM_TCS, PFC_MCAST_GROUP, THRESHOLD_NEVER
+from testbed.constants import PFC_MCAST_GROUP, THRESHOLD_NEVER, port_tc_cell
 from testbed.qos import gate_leak_roce_bytes, pause_renewal_us, quantum_us, queue_profiles
 from testbed.topology import Route, Switch
 
@@ -254,7 +254,7 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
                                      quantum_us_q10=int(quantum_us(port.rate_mbps) * 1024),
                                      rate_q20=rate_q20, gate_leak=gate_leak)))
         ents.append(b.entry(f"{lossless}.xoff_profile", {"std_meta.ingress_port": port.number},
-                            b.action(f"{lossless}.set_xoff", base=port.number * NUM_TCS,
+                            b.action(f"{lossless}.set_xoff", base=port_tc_cell(port.number, 0),
                                      pause_quanta=pfc.pause_quanta,
                                      refresh_us=pause_renewal_us(cfg.qos, port.rate_mbps))))
         ents.append(b.entry(f"{EGRESS}.pfc_egress.port_mac",
@@ -266,7 +266,7 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
                 continue
             # one cell per (port, class) in every register; a data packet finds its queue by
             # its own (egress port, class), a tick by the (port, class) it names
-            idx = port.number * NUM_TCS + tc
+            idx = port_tc_cell(port.number, tc)
             ents.append(b.entry(
                 f"{lossless}.queue_profile", {"std_meta.egress_spec": port.number,
                                               "meta.tc": tc},

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from testbed.constants import NUM_TCS
+from testbed.constants import port_tc_cell
 from testbed.netns import inside
 
 if TYPE_CHECKING:  # Thrift is imported where a switch is served
@@ -68,7 +68,7 @@ class P4Registers:
             return {}, None
         calls: list[Call] = []
         for n, tc in queues:
-            cell = n * NUM_TCS + tc
+            cell = port_tc_cell(n, tc)
             calls += [("bm_register_read", (0, "drift", cell)),
                       ("bm_register_read", (0, "held", cell)),
                       ("bm_register_read", (0, "below_max", cell)),
@@ -95,7 +95,7 @@ class P4Registers:
         """Tell the P4 program whether the watchdog has (port, class) ignore PFC: while it
         does, the phantom must keep draining, or the program would XOFF upstream on the storm's
         account and spread it (secondary storms)."""
-        idx = port * NUM_TCS + tc
+        idx = port_tc_cell(port, tc)
         calls: list[Call] = [("bm_register_write", (0, "pfc_ignored", idx, int(ignore)))]
         if ignore:
             calls.append(("bm_register_write", (0, "paused_until", idx, 0)))
