@@ -18,6 +18,7 @@ from testbed.agent.config import AgentConfig
 from testbed.agent.frames import pfc_socket, receive
 from testbed.agent.pause import PauseMixin, PortRuntime
 from testbed.agent.registers import P4Registers, RegisterReader
+from testbed.agent.schedule import Periodic, offset_slots, window
 from testbed.agent.telemetry import TelemetryMixin
 from testbed.agent.watchdog import WatchdogMixin
 from testbed.constants import NUM_TCS
@@ -65,43 +66,58 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
     # The loop is split so that one process can serve several switches (run_agents): each
     # agent says which sockets it waits on and when it next must wake, and handles what is
     # ready; run_agents sleeps in one select() over every agent's sockets.
-    def start_loop(self, phase: float = 0.0) -> None:
-        """``phase`` (0 to 1): how far into each period this agent's timers fall, so that
-        the agents one process serves take their samples, resyncs and polls in turn, not all
-        in one wake-up (which held a PFC frame for six samples' time)."""
-        now = self.clock()
-        poll_s = self.watchdog.config.polling_interval_ms / 1000
-        self.next_tick = now + phase * self.cfg.tick_period_s
-        self.next_resync = now + phase * self.cfg.resync_period_s
-        self.next_sample = now + phase * self.cfg.sample_period_s
-        self.next_poll = now + phase * poll_s
+    def start_loop(self, anchor: float, offset: float = 0.0) -> None:
+        """Lay the periodic jobs' grids (:mod:`testbed.agent.schedule`): the ticks on
+        ``anchor``, which every switch of one process shares, so that their ticks take one
+        wake-up; the resyncs, samples and watchdog polls ``offset`` seconds later, a whole
+        number of ticks, which differs between the switches of one process so that their
+        samples, the heavy job, take turns."""
+        cfg = self.cfg
+        start = anchor + offset
+        self.window = window(cfg.tick_period_s)
+        self.ticks = Periodic.starting(anchor, cfg.tick_period_s)
+        self.resyncs = Periodic.starting(start, cfg.resync_period_s)
+        self.samples = Periodic.starting(start, cfg.sample_period_s)
+        self.polls = Periodic.starting(start, self.watchdog.config.polling_interval_ms / 1000)
 
     def sockets(self) -> list:
         return list(self.by_sock)
 
     def due(self) -> float:
-        """Run what is due (ticks, samples, the watchdog's poll, pause expiries); return when
-        (on self.clock) the agent must next wake."""
+        """Run what is due (samples, ticks, the watchdog's poll, pause expiries); return when
+        (on self.clock) the agent must next wake. Jobs due together share the sample's kernel
+        dump: a resync tick needs the lossless classes, the watchdog every watched queue,
+        and the sample reads both."""
         now = self.clock()
-        wd_on = self.watchdog.config.enabled
-        if now >= self.next_tick and now < self.busy_until:
-            if now >= self.next_resync:
+        soon = now + self.window
+        busy = now < self.busy_until
+        backlogs = None
+        if self.samples.due(soon):
+            resync = busy and self.ticks.due(soon) and self.resyncs.due(soon)
+            backlogs = self.sample(resync=resync)
+            self.samples.ran(soon)
+            if resync or not busy:  # the sample ticked: this slot's resync, or the at-rest one
+                self.resyncs.ran(soon)
+                self.ticks.ran(soon)
+        if busy and self.ticks.due(soon):
+            if self.resyncs.due(soon):
                 self.tick()
-                self.next_resync = now + self.cfg.resync_period_s
+                self.resyncs.ran(soon)
             else:
                 self.timer_tick()
-            self.next_tick = now + self.cfg.tick_period_s
-        if now >= self.next_sample:
-            self.sample()
-            self.next_sample = now + self.cfg.sample_period_s
-        if wd_on and now >= self.next_poll:
-            self.watchdog_poll()
-            self.next_poll = now + self.watchdog.config.polling_interval_ms / 1000
+            self.ticks.ran(soon)
+        wd_on = self.watchdog.config.enabled
+        if wd_on and self.polls.due(soon):
+            self.watchdog_poll(backlogs)
+            self.polls.ran(soon)
         self.expire()
-        wake = min(self.next_tick if now < self.busy_until else self.next_sample,
-                   self.next_sample, self.timers[0][0] if self.timers else self.next_sample)
+        wake = self.samples.next
+        if now < self.busy_until:
+            wake = min(wake, self.ticks.next)
+        if self.timers:
+            wake = min(wake, self.timers[0][0])
         if wd_on:
-            wake = min(wake, self.next_poll)
+            wake = min(wake, self.polls.next)
         return wake
 
     def ready(self, s) -> None:
@@ -112,7 +128,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
             if outgoing:  # our switch paused or resumed a neighbour
                 if classes:
                     self.on_own_pfc(pr, classes)
-                    self.next_tick = min(self.next_tick, self.clock())  # tick at once
+                    self.ticks.at_once(self.clock())  # tick at once
                 continue
             if classes:
                 self.on_pfc(pr, classes, t_kernel)
@@ -136,19 +152,30 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
 
 
 def run_agents(agents: list[SwitchAgent]) -> None:
-    """Serve every agent from this thread until one is told to stop: one select() over all
-    their sockets, woken by the first PFC frame or timer of any of them."""
+    """Serve every agent from this thread until one is told to stop, woken by the first PFC
+    frame or timer of any of them.
+
+    epoll, not select(): select() hooks the thread onto every socket's wait queue and off again
+    at each wake-up, which for one process's six switches (48 sockets) was 0.1 ms of the
+    kernel's time a wake-up. Its timeout counts whole milliseconds, rounded up, so a timer
+    (a tick, a pause's expiry) runs up to 1 ms late: less than a 4 KB frame's time on a
+    10 Mbit/s link, and on the safe side for a pause. Rounded down, the loop spun through
+    every last millisecond before a pause's expiry."""
     clock = agents[0].clock
-    owner = {}
+    anchor = clock()
+    owner: dict[int, tuple[SwitchAgent, socket.socket]] = {}
     for i, a in enumerate(agents):
-        a.start_loop(i / len(agents))
-        owner.update({s: a for s in a.sockets()})
-    socks = list(owner)
-    while all(a.running for a in agents):
-        wake = min(a.due() for a in agents)
-        ready, _, _ = select.select(socks, [], [], max(0.0, wake - clock()))
-        for s in ready:
-            owner[s].ready(s)
+        a.start_loop(anchor, offset_slots(i, len(agents), a.cfg.tick_period_s,
+                                          a.cfg.sample_period_s))
+        owner.update({s.fileno(): (a, s) for s in a.sockets()})
+    with select.epoll() as ep:
+        for fd in owner:
+            ep.register(fd, select.EPOLLIN)
+        while all(a.running for a in agents):
+            wake = min(a.due() for a in agents)
+            for fd, _events in ep.poll(max(0.0, wake - clock())):
+                agent, s = owner[fd]
+                agent.ready(s)
 
 
 def _set_priority(cfg: AgentConfig) -> None:

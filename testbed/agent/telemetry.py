@@ -163,18 +163,22 @@ class TelemetryMixin:
                 self._sent_seen[key] = st.sent_packets
         return busy
 
-    def sample(self, every_class: bool = False) -> None:
+    def sample(self, every_class: bool = False, resync: bool = False
+               ) -> dict[int, dict[int, ClassStats]]:
         """Write a row per (port, class) sampled (every class when ``every_class``: the
-        last sample, so that each class's totals are on record)."""
+        last sample, so that each class's totals are on record). Its kernel dump also serves
+        a resync tick due now (``resync``) and, at rest, the slow check for a queue that
+        holds packets. Returns the kernel's statistics it read, which have every lossless
+        class, for the other jobs due now."""
         now = self.clock()
         t_s = self.now()
         backlogs = self._backlogs(None if every_class else self._sampled_majors())
+        if resync or now >= self.busy_until:
+            self.tick(backlogs)  # first: the resync's backlog as fresh as it can be
         busy = self._busy_lossless(backlogs)
         if busy:  # nothing to read of idle queues (P4Registers.queue_views)
             self.registers.ask(busy)
         views, lag = self.registers.take()
-        if now >= self.busy_until:
-            self.tick(backlogs)  # the slow, at-rest check rides on the sample's dump
         for n, per_tc in backlogs.items():
             pr = self.ports[n]
             for tc in range(NUM_TCS):
@@ -189,3 +193,4 @@ class TelemetryMixin:
                     st.sent_bytes, st.sent_packets, bool(ps.until), ps.frames, paused_s,
                     drift, held, below, peak, lag))
         self.telemetry_log.flush()
+        return backlogs

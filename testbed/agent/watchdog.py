@@ -20,6 +20,7 @@ from testbed.agent.config import AgentConfig
 from testbed.agent.pause import PortRuntime
 from testbed.agent.registers import P4Registers
 from testbed.pfcwd import PfcWatchdog, QueueObservation, StormDetected, StormRestored
+from testbed.ports import ClassStats
 from testbed.results import PfcwdQueue, PfcwdState, write_pfcwd
 from testbed.tcstats import QdiscReader
 
@@ -49,14 +50,18 @@ class WatchdogMixin:
     def wd_action(self) -> str:
         return self.watchdog.action
 
-    def watchdog_poll(self) -> None:
+    def watchdog_poll(self, backlogs: dict[int, dict[int, ClassStats]] | None = None) -> None:
         """One polling interval: observe every watched queue, let the watchdog judge, carry
-        out its actions, write the state file."""
+        out its actions, write the state file. ``backlogs``: a sample's statistics read in the
+        same wake-up (they have every lossless class), instead of a dump of its own."""
         if not self.watchdog.ports:
             return
         now = self.clock()
-        dump = self.reader.dump()
-        stats = {n: self.ports[n].gates.stats(dump) for n in self.watchdog.ports}
+        if backlogs is not None:
+            stats = backlogs
+        else:
+            dump = self.reader.dump()
+            stats = {n: self.ports[n].gates.stats(dump) for n in self.watchdog.ports}
         seen: dict[tuple[int, int], QueueObservation] = {}
         for n, tc in self.watchdog.queues:
             st = stats[n].get(tc)
