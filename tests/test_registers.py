@@ -90,3 +90,43 @@ def test_one_batch_reads_and_clears_a_real_switchs_registers() -> None:
             assert r.queue_views([(2, 3)]) == ({(2, 3): (-5, 7, 0, 0)}, 0)
         finally:
             bm.close()
+
+
+@pytest.mark.bmv2
+def test_a_batch_waits_for_exactly_the_bytes_a_real_switch_replies() -> None:
+    """The batch sleeps until its replies' size is queued (SO_RCVLOWAT): it is computed from
+    the generated code's encoding, and must be what BMv2 really sends for a call that
+    succeeds. Larger, every sample would wait out REPLIES_WAIT_S; smaller, it would wake
+    early (and still read right)."""
+    import fcntl
+    import struct
+    import termios
+    import time
+
+    from testbed.agent.thrift_batch import Bmv2Thrift, reply_bytes
+    from tests.dataplane import bmv2_harness
+
+    def queued(bm: Bmv2Thrift) -> int:
+        raw = fcntl.ioctl(bm._socket.handle.fileno(), termios.FIONREAD, b"\0" * 4)
+        return struct.unpack("i", raw)[0]
+
+    with bmv2_harness(2) as h:
+        with inside(f"/run/netns/{h.ns}"):
+            bm = Bmv2Thrift(h.switch.opts.thrift_port)
+        try:
+            for name, args in [("bm_register_read", (0, "drift", 19)),
+                               ("bm_register_write", (0, "below_max", 19, 0))]:
+                getattr(bm._client, f"send_{name}")(*args)
+                deadline = time.monotonic() + 5
+                while queued(bm) < reply_bytes(name) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                time.sleep(0.05)  # anything more would have come by now
+                assert queued(bm) == reply_bytes(name), name
+                getattr(bm._client, f"recv_{name}")()
+            # a call that fails replies with more than its success would: the wait is over
+            # at once, and the error comes back
+            with pytest.raises(Exception, match="InvalidRegisterOperation|Invalid"):
+                bm.batch([("bm_register_read", (0, "drift", 99999)),
+                          ("bm_register_read", (0, "drift", 19))])
+        finally:
+            bm.close()
