@@ -130,3 +130,12 @@ class QdiscReader:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def by_ifindex(dump: list[QdiscStats]) -> dict[int, list[QdiscStats]]:
+    """A dump's entries per interface: each port then reads its own few, not the whole dump
+    (a switch's eight ports each went through every port's gates, each sample)."""
+    out: dict[int, list[QdiscStats]] = {}
+    for q in dump:
+        out.setdefault(q.ifindex, []).append(q)
+    return out

@@ -26,7 +26,7 @@ from testbed.agent.registers import RegisterReader
 from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS, TICK_TIMER_ONLY, gate_major
 from testbed.ports import ClassStats
 from testbed.results import CsvWriter, TelemetryRow
-from testbed.tcstats import QdiscReader
+from testbed.tcstats import QdiscReader, by_ifindex
 
 #: After the switch sends PFC or a lossless queue holds packets, tick fast for this long.
 BUSY_HOLD_S = 1.0
@@ -76,8 +76,9 @@ class TelemetryMixin:
                   ) -> dict[int, dict[int, ClassStats]]:
         """Every port's classes (or those whose gate is in ``majors``), from one netlink
         dump."""
-        dump = self.reader.dump(majors)
-        return {n: pr.gates.stats(dump) for n, pr in self.ports.items()}
+        per_port = by_ifindex(self.reader.dump(majors))
+        return {n: pr.gates.stats(per_port.get(pr.gates.ifindex, []))
+                for n, pr in self.ports.items()}
 
     def tick(self, stats: dict[int, dict[int, ClassStats]] | None = None) -> None:
         """Resync tick: read the kernel (one dump) and tick every lossless queue that holds, or
