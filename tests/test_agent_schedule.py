@@ -62,6 +62,7 @@ class _Agent(SwitchAgent):
         self.watchdog = SimpleNamespace(config=SimpleNamespace(
             enabled=watchdog, polling_interval_ms=POLL * 1000))
         self.busy_until = math.inf  # under incast throughout
+        self.xoff_until = {(1, 3): math.inf}  # a pause of ours stands on a neighbour
         self.timers = []
         self.log = log
         self.name = name
@@ -77,7 +78,7 @@ class _Agent(SwitchAgent):
         self._rec("resync")
 
     def timer_tick(self) -> None:
-        self._rec("timer")
+        self._rec("timer" if self.xoff_until else "timer, no pause")
 
     def watchdog_poll(self, backlogs=None) -> None:
         self._rec("poll" if backlogs is None else "poll+shared")
@@ -86,11 +87,16 @@ class _Agent(SwitchAgent):
         pass
 
 
-def _run(n: int, seconds: float, watchdog: bool = False):
-    """n busy switches in one process for ``seconds``: the loop wakes at each due time."""
+def _run(n: int, seconds: float, watchdog: bool = False, paused: bool = True):
+    """n busy switches in one process for ``seconds``: the loop wakes at each due time.
+    ``paused``: each has a pause standing on a neighbour (else its queues are busy, but it
+    paused nobody)."""
     t = [0.0]
     log: list = []
     agents = [_Agent(lambda: t[0], log, f"s{i}", watchdog) for i in range(n)]
+    if not paused:
+        for a in agents:
+            a.xoff_until = {}
     for i, a in enumerate(agents):
         a.start_loop(0.0, offset_slots(i, n, TICK, SAMPLE))
     wakes = 0
@@ -126,3 +132,12 @@ def test_the_watchdog_poll_shares_the_samples_dump() -> None:
     _wakes, log = _run(1, 1.0, watchdog=True)
     polls = Counter(what for _t, _s, what in log if what.startswith("poll"))
     assert polls == {"poll+shared": 10}
+
+
+def test_with_no_pause_of_its_own_a_busy_switch_wakes_for_resyncs_and_samples_alone() -> None:
+    """Timer ticks act only on a pause the switch sent (XON or a refresh): with none standing,
+    waking for them was a wake-up a tick for nothing."""
+    wakes, log = _run(1, 1.0, paused=False)
+    jobs = Counter(what for _t, _s, what in log)
+    assert wakes == 20
+    assert jobs == {"sample+resync": 10, "resync": 10}

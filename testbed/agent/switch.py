@@ -113,7 +113,10 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.expire()
         wake = self.samples.next
         if now < self.busy_until:
-            wake = min(wake, self.ticks.next)
+            # a timer tick does something only while a pause of ours stands (timer_tick); with
+            # none, the next tick that does anything is the next resync
+            wake = min(wake, self.ticks.next if self._standing_xoff()
+                       else max(self.ticks.next, self.resyncs.next))
         if self.timers:
             wake = min(wake, self.timers[0][0])
         if wd_on:
