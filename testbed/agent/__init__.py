@@ -1,7 +1,7 @@
-"""The switch agent: what a switch OS does in software, one process per switch, inside the
-switch's network namespace, or one process for every switch, which opens each switch's sockets
-inside its namespace (:mod:`testbed.netns`; config ``agent.one_process``). Its jobs, one
-module each:
+"""The switch agent: what a switch OS does in software, one process for every switch (the
+default), which opens each switch's sockets inside its namespace (:mod:`testbed.netns`), or one
+process per switch, inside the switch's network namespace (config ``agent.one_process``). Its
+jobs, one module each:
 
 * :mod:`~testbed.agent.pause`: PFC frames arriving on a port close and open that port's class
   gates (the MAC's job in a real switch); every pause is an event.
@@ -10,7 +10,8 @@ module each:
 * :mod:`~testbed.agent.watchdog`: the PFC watchdog, as SONiC runs it.
 * :mod:`~testbed.agent.frames` (PFC socket, tick frame), :mod:`~testbed.agent.registers` (the
   P4 program's registers over Thrift), :mod:`~testbed.agent.config` (the agent's config file).
-* :mod:`~testbed.agent.switch`: the agent itself and its single-threaded loop.
+* :mod:`~testbed.agent.switch`: the agent itself and its single-threaded loop, whose periodic
+  jobs :mod:`~testbed.agent.schedule` lays out.
 
 What it writes is :mod:`testbed.results`'s: ``<switch>.telemetry.csv``, ``<switch>.events.csv``
 and ``<switch>.pfcwd.json``.
