@@ -65,7 +65,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
     # -- loop ---------------------------------------------------------------------------
     # The loop is split so that one process can serve several switches (run_agents): each
     # agent says which sockets it waits on and when it next must wake, and handles what is
-    # ready; run_agents sleeps in one select() over every agent's sockets.
+    # ready; run_agents sleeps in one epoll over every agent's sockets.
     def start_loop(self, anchor: float, offset: float = 0.0) -> None:
         """Lay the periodic jobs' grids (:mod:`testbed.agent.schedule`): the ticks on
         ``anchor``, which every switch of one process shares, so that their ticks take one
@@ -161,9 +161,9 @@ def run_agents(agents: list[SwitchAgent]) -> None:
     epoll, not select(): select() hooks the thread onto every socket's wait queue and off again
     at each wake-up, which for one process's six switches (48 sockets) was 0.1 ms of the
     kernel's time a wake-up. Its timeout counts whole milliseconds, rounded up, so a timer
-    (a tick, a pause's expiry) runs up to 1 ms late: less than a 4 KB frame's time on a
-    10 Mbit/s link, and on the safe side for a pause. Rounded down, the loop spun through
-    every last millisecond before a pause's expiry."""
+    (a tick, a pause's expiry) runs up to 1 ms late: an XON up to 1.25 KB of the link's time
+    late at 10 Mbit/s, 5 KB at 40, and a pause that long longer, the safe side. Rounded down,
+    the loop spun through every last millisecond before a pause's expiry."""
     clock = agents[0].clock
     anchor = clock()
     owner: dict[int, tuple[SwitchAgent, socket.socket]] = {}
