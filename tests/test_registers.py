@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.agent.registers import P4Registers
+from testbed.agent.registers import P4Registers, RegisterReader, merged, view_calls
 from testbed.netns import inside
 
 
@@ -26,6 +26,92 @@ class _Thrift:
     def batch(self, calls: list[tuple[str, tuple]]) -> list:
         self.batches += 1
         return [getattr(self, name)(*args) for name, args in calls]
+
+
+class _Pipelined(_Thrift):
+    """Also sends a batch and hands its replies back later (Bmv2Thrift.send, receive)."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        super().__init__()
+        self.out: list[list[tuple[str, tuple]]] = []  # batches sent, not yet received
+        self.refuse = refuse
+        self.socket = object()
+        self.closed = False
+
+    def send(self, calls: list[tuple[str, tuple]]) -> None:
+        self.out.append(calls)
+
+    def receive(self, calls: list[tuple[str, tuple]]) -> list:
+        assert self.out.pop(0) == calls  # the replies are those of the batch sent first
+        if self.refuse:
+            raise RuntimeError("InvalidRegisterOperation")
+        return [getattr(self, name)(*args) for name, args in calls]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _reader(bm: _Pipelined, clock=lambda: 0.0) -> RegisterReader:
+    r = RegisterReader(9090, "leaf1", clock=clock)
+    r.p4._client = bm  # type: ignore[assignment]
+    return r
+
+
+def test_the_reader_sends_a_batch_and_takes_its_replies_once_they_came() -> None:
+    bm = _Pipelined()
+    r = _reader(bm)
+    assert r.watch() is None  # nothing out: nothing to watch
+    r.ask([(2, 3)])
+    assert len(bm.out) == 1 and r.watch() is bm.socket
+    assert r.take() == ({}, None)  # nothing came yet: the sample goes on without
+    r.readable()
+    assert r.watch() is None
+    cell = 2 * 8 + 3
+    assert r.take() == ({(2, 3): (-2, cell + 1, cell + 1, cell + 1)}, 1)
+    assert r.take() == ({}, None)  # handed out once
+
+
+def test_a_request_made_while_a_batch_is_out_waits_for_it_and_the_reads_merge() -> None:
+    bm = _Pipelined()
+    r = _reader(bm)
+    r.ask([(1, 3)])
+    r.ask([(4, 3)])
+    r.ask([(2, 3)])  # the latest replaces the one waiting
+    assert len(bm.out) == 1
+    r.readable()
+    assert len(bm.out) == 1 and bm.out[0] == view_calls([(2, 3)])  # sent when the first came
+    r.readable()
+    views, _lag = r.take()
+    assert set(views) == {(1, 3), (2, 3)}
+
+
+def test_a_refused_batch_closes_the_connection_and_the_next_asks_on_another() -> None:
+    bm = _Pipelined(refuse=True)
+    r = _reader(bm)
+    r.ask([(2, 3)])
+    r.readable()
+    assert bm.closed and r.p4._client is None and r.take() == ({}, None)
+
+
+def test_a_batch_never_answered_in_full_is_given_up() -> None:
+    t = [0.0]
+    bm = _Pipelined()
+    r = _reader(bm, clock=lambda: t[0])
+    r.ask([(2, 3)])
+    t[0] = RegisterReader.STALE_S / 2
+    r.ask([(2, 3)])
+    assert not bm.closed  # still waiting
+    t[0] = RegisterReader.STALE_S + 1
+    r.p4._bm = lambda: None  # type: ignore[method-assign]  # BMv2 gone meanwhile
+    r.ask([(2, 3)])
+    assert bm.closed and r.watch() is None
+
+
+def test_merged_keeps_the_latest_view_and_each_maximum() -> None:
+    old = ({(1, 3): (5, 6, 70, 80)}, 9)
+    new = ({(1, 3): (1, 2, 30, 90), (2, 3): (0, 0, 0, 0)}, 4)
+    assert merged(old, new) == ({(1, 3): (1, 2, 70, 90), (2, 3): (0, 0, 0, 0)}, 9)
+    assert merged(({}, None), new) == new
 
 
 def _registers() -> tuple[P4Registers, _Thrift]:
@@ -130,3 +216,31 @@ def test_a_batch_waits_for_exactly_the_bytes_a_real_switch_replies() -> None:
                           ("bm_register_read", (0, "drift", 19))])
         finally:
             bm.close()
+
+
+@pytest.mark.bmv2
+def test_the_reader_gets_a_real_switchs_views_without_waiting() -> None:
+    """Against a running BMv2: ask() returns at once; the socket to watch reads as readable
+    once the replies have come, and readable() then has the views."""
+    import select
+
+    from tests.dataplane import bmv2_harness
+
+    with bmv2_harness(2) as h:
+        ns = f"/run/netns/{h.ns}"
+        cell = 2 * 8 + 3
+        P4Registers(h.switch.opts.thrift_port, "t", ns)._bm().batch(  # type: ignore[union-attr]
+            [("bm_register_write", (0, "held", cell, 7)),
+             ("bm_register_write", (0, "occupancy_max", cell, 200))])
+        r = RegisterReader(h.switch.opts.thrift_port, "t", ns)
+        try:
+            r.ask([(2, 3)])
+            s = r.watch()
+            assert s is not None
+            ready, _, _ = select.select([s], [], [], 5.0)
+            assert ready == [s]
+            r.readable()
+            assert r.watch() is None
+            assert r.take() == ({(2, 3): (0, 7, 0, 200)}, 0)
+        finally:
+            r.stop()

@@ -4,9 +4,10 @@ the switch's namespace (see the registers in p4/lossless.p4)."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import sys
-import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from testbed.constants import port_tc_cell
@@ -22,6 +23,57 @@ QueueView = tuple[int, int, int, int]
 
 def _signed(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
+
+
+def view_calls(queues: list[tuple[int, int]]) -> list[Call]:
+    """The calls that read the P4 program's view at the last resync of each given lossless
+    (port, class), the maxima read and cleared, and BMv2's longest hold of a packet since the
+    last read (read and cleared), one cell at a time (the whole 4096-cell array costs 12 ms to
+    decode). Each read also costs BMv2 a turn of its Thrift thread, so the caller names only
+    the queues that were busy; with none busy no lossless packet went through since the last
+    read, so BMv2's hold is not read either (an idle agent made two calls a sample for nothing).
+
+    Each maximum is cleared by the call right after its read, whatever it read: in one batch
+    the value is not known when the clear is sent, and BMv2 serves the two back to back, so a
+    packet raising the maximum between them is no likelier than between a read and a clear
+    sent one round trip later."""
+    calls: list[Call] = []
+    for n, tc in queues:
+        cell = port_tc_cell(n, tc)
+        calls += [("bm_register_read", (0, "drift", cell)),
+                  ("bm_register_read", (0, "held", cell)),
+                  ("bm_register_read", (0, "below_max", cell)),
+                  ("bm_register_write", (0, "below_max", cell, 0)),
+                  ("bm_register_read", (0, "occupancy_max", cell)),
+                  ("bm_register_write", (0, "occupancy_max", cell, 0))]
+    return calls + [("bm_register_read", (0, "bmv2_lag_max", 0)),
+                    ("bm_register_write", (0, "bmv2_lag_max", 0, 0))]
+
+
+def views_of(queues: list[tuple[int, int]], got: list
+             ) -> tuple[dict[tuple[int, int], QueueView], int | None]:
+    """What :func:`view_calls`' replies say: each queue's view, and BMv2's hold."""
+    out = {}
+    for i, key in enumerate(queues):
+        d, held, below, _, peak, _ = got[6 * i:6 * i + 6]
+        out[key] = (_signed(d), _signed(held), below, peak)
+    return out, got[-2]
+
+
+def merged(prev: tuple[dict[tuple[int, int], QueueView], int | None],
+           new: tuple[dict[tuple[int, int], QueueView], int | None]
+           ) -> tuple[dict[tuple[int, int], QueueView], int | None]:
+    """A read not yet taken, merged with a newer one: the latest drift and held, each maximum
+    kept."""
+    views, lag = dict(prev[0]), prev[1]
+    for key, (d, held, below, peak) in new[0].items():
+        if key in views:
+            _d, _h, pb, pp = views[key]
+            below, peak = max(below, pb), max(peak, pp)
+        views[key] = (d, held, below, peak)
+    if new[1] is not None and (lag is None or new[1] > lag):
+        lag = new[1]
+    return views, lag
 
 
 class P4Registers:
@@ -52,31 +104,11 @@ class P4Registers:
 
     def queue_views(self, queues: list[tuple[int, int]]
                     ) -> tuple[dict[tuple[int, int], QueueView], int | None]:
-        """The P4 program's view at the last resync of each given lossless (port, class) (the
-        maxima read and cleared) and BMv2's longest hold of a packet since the last call (read
-        and cleared), in one batch of Thrift calls, one cell at a time (the whole 4096-cell
-        array costs 12 ms to decode). Empty, and None, without Thrift. Each read also costs
-        BMv2 a turn of its Thrift thread, so the caller names only the queues that were busy.
-        With none busy no lossless packet went through since the last call, so BMv2's hold is
-        not read either: an idle agent made two calls a sample for nothing.
-
-        Each maximum is cleared by the call right after its read, whatever it read: in one
-        batch the value is not known when the clear is sent, and BMv2 serves the two back to
-        back, so a packet raising the maximum between them is no likelier than between a read
-        and a clear sent one round trip later."""
+        """:func:`view_calls` as one batch, waited for: the views and BMv2's hold (empty, and
+        None, without Thrift or with no queue named)."""
         if not self.thrift_port or not queues:
             return {}, None
-        calls: list[Call] = []
-        for n, tc in queues:
-            cell = port_tc_cell(n, tc)
-            calls += [("bm_register_read", (0, "drift", cell)),
-                      ("bm_register_read", (0, "held", cell)),
-                      ("bm_register_read", (0, "below_max", cell)),
-                      ("bm_register_write", (0, "below_max", cell, 0)),
-                      ("bm_register_read", (0, "occupancy_max", cell)),
-                      ("bm_register_write", (0, "occupancy_max", cell, 0))]
-        calls += [("bm_register_read", (0, "bmv2_lag_max", 0)),
-                  ("bm_register_write", (0, "bmv2_lag_max", 0, 0))]
+        calls = view_calls(queues)
         try:
             bm = self._bm()
             if bm is None:
@@ -85,11 +117,7 @@ class P4Registers:
         except Exception:  # BMv2 gone or no Thrift module: the columns stay empty
             self._drop()
             return {}, None
-        out = {}
-        for i, key in enumerate(queues):
-            d, held, below, _, peak, _ = got[6 * i:6 * i + 6]
-            out[key] = (_signed(d), _signed(held), below, peak)
-        return out, got[-2]
+        return views_of(queues, got)
 
     def set_pfc_ignored(self, port: int, tc: int, ignore: bool) -> None:
         """Tell the P4 program whether the watchdog has (port, class) ignore PFC: while it
@@ -109,55 +137,86 @@ class P4Registers:
             print(f"{self.switch}: pfc_ignored[{idx}] not written: {exc}", file=sys.stderr)
 
 
-class RegisterReader(threading.Thread):
-    """Reads the queue views on a thread of its own, with a Thrift connection of its own.
+class RegisterReader:
+    """Reads the queue views without waiting for BMv2: :meth:`ask` sends a sample's batch and
+    returns; the agent's loop watches :meth:`watch`'s socket, which reads as readable once
+    every reply has come (its low-water mark is their size, :meth:`Bmv2Thrift.send`), and
+    calls :meth:`readable`; :meth:`take` hands out what came, one sample later.
 
-    A Thrift read waits for BMv2's Thrift thread, which a busy switch serves late: done in the
-    agent's loop, a sample's reads held the loop (and so the PFC pauses it must apply) for up
-    to a quarter of a second on saturated cores. Here the loop asks for the reads of the busy
-    queues and takes what the previous request returned, one sample later."""
+    Why not wait, or a thread: a Thrift read waits for BMv2's Thrift thread, which a busy
+    switch serves late, and done in the agent's loop a sample's reads held the PFC pauses it
+    must apply for up to a quarter of a second on saturated cores. A thread per switch waited
+    instead, but it woke once a reply, and in one process serving every switch its Python
+    held the interpreter's lock while the loop had a PFC frame to apply."""
 
-    def __init__(self, thrift_port: int | None, switch: str, netns: str | None = None) -> None:
-        super().__init__(daemon=True, name=f"registers:{switch}")
+    #: A batch whose replies have not all come after this long is given up: the connection
+    #: is closed and the next sample asks again on another.
+    STALE_S = 5.0
+
+    def __init__(self, thrift_port: int | None, switch: str, netns: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.p4 = P4Registers(thrift_port, switch, netns)
-        self._cond = threading.Condition()
-        self._want: list[tuple[int, int]] | None = None
+        self.clock = clock
+        self._asked: tuple[list[tuple[int, int]], list[Call], float] | None = None
+        self._want: list[tuple[int, int]] | None = None  # asked while a batch was out
         self._result: tuple[dict[tuple[int, int], QueueView], int | None] = ({}, None)
-        self._stop = False
 
     def ask(self, queues: Iterable[tuple[int, int]]) -> None:
-        with self._cond:
-            self._want = list(queues)
-            self._cond.notify()
+        """Read these queues' views: now, or once the batch still out has come back (the
+        latest request replaces one waiting)."""
+        queues = list(queues)
+        if self._asked is not None and self.clock() - self._asked[2] > self.STALE_S:
+            self.p4._drop()  # BMv2 never answered in full: start over on a new connection
+            self._asked = None
+        if self._asked is not None:
+            self._want = queues
+            return
+        self._send(queues)
+
+    def _send(self, queues: list[tuple[int, int]]) -> None:
+        if not self.p4.thrift_port or not queues:
+            return
+        calls = view_calls(queues)
+        try:
+            bm = self.p4._bm()
+            if bm is None:
+                return
+            bm.send(calls)
+        except Exception:  # BMv2 gone or no Thrift module: the columns stay empty
+            self.p4._drop()
+            return
+        self._asked = (queues, calls, self.clock())
+
+    def watch(self) -> socket.socket | None:
+        """The socket to watch while a batch is out (None otherwise): readable once all its
+        replies have come, or the connection closed."""
+        client = self.p4._client
+        return client.socket if client is not None and self._asked is not None else None
+
+    def readable(self) -> None:
+        """The batch's replies have all come: read them, keep the views for :meth:`take`,
+        and send a request that waited."""
+        if self._asked is None:
+            return
+        queues, calls, _when = self._asked
+        self._asked = None
+        try:
+            bm = self.p4._bm()
+            got = bm.receive(calls) if bm is not None else None
+        except Exception:  # BMv2 gone, or a call refused: the next sample opens another
+            self.p4._drop()
+            got = None
+        if got is not None:
+            self._result = merged(self._result, views_of(queues, got))
+        want, self._want = self._want, None
+        if want:
+            self._send(want)
 
     def take(self) -> tuple[dict[tuple[int, int], QueueView], int | None]:
-        """The views the last completed read found (each handed out once)."""
-        with self._cond:
-            result, self._result = self._result, ({}, None)
+        """The views the reads that came found (each handed out once)."""
+        result, self._result = self._result, ({}, None)
         return result
 
     def stop(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-
-    def run(self) -> None:
-        while True:
-            with self._cond:
-                while self._want is None and not self._stop:
-                    self._cond.wait()
-                if self._stop:
-                    return
-                want, self._want = self._want, None
-            views, lag = self.p4.queue_views(want)
-            with self._cond:
-                prev, prev_lag = self._result
-                # a read not yet taken is merged: the latest drift and held, each maximum kept
-                for key, (d, held, below, peak) in views.items():
-                    if key in prev:
-                        _d, _h, pb, pp = prev[key]
-                        views[key] = (d, held, max(below, pb), max(peak, pp))
-                prev.update(views)
-                if prev_lag is not None and (lag is None or prev_lag > lag):
-                    lag = prev_lag
-                self._result = (prev, lag)
+        self.p4._drop()
+        self._asked = None

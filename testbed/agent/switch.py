@@ -57,7 +57,6 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         # Thrift connects on first use, perhaps after the thread has left the namespace
         self.p4 = P4Registers(cfg.thrift_port, cfg.switch, cfg.netns)  # the watchdog's writes
         self.registers = RegisterReader(cfg.thrift_port, cfg.switch, cfg.netns)  # its reads
-        self.registers.start()
 
     def now(self) -> float:
         return self.clock() - self.t0
@@ -156,7 +155,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
 
 def run_agents(agents: list[SwitchAgent]) -> None:
     """Serve every agent from this thread until one is told to stop, woken by the first PFC
-    frame or timer of any of them.
+    frame, timer or register read of any of them.
 
     epoll, not select(): select() hooks the thread onto every socket's wait queue and off again
     at each wake-up, which for one process's six switches (48 sockets) was 0.1 ms of the
@@ -166,19 +165,50 @@ def run_agents(agents: list[SwitchAgent]) -> None:
     the loop spun through every last millisecond before a pause's expiry."""
     clock = agents[0].clock
     anchor = clock()
-    owner: dict[int, tuple[SwitchAgent, socket.socket]] = {}
+    #: fd -> (agent, its PFC socket), or (agent, None) for its register reads' connection
+    owner: dict[int, tuple[SwitchAgent, socket.socket | None]] = {}
     for i, a in enumerate(agents):
         a.start_loop(anchor, offset_slots(i, len(agents), a.cfg.tick_period_s,
                                           a.cfg.sample_period_s))
         owner.update({s.fileno(): (a, s) for s in a.sockets()})
+    watched: dict[int, tuple[socket.socket, int]] = {}  # agent's index -> its reads' socket
     with select.epoll() as ep:
         for fd in owner:
             ep.register(fd, select.EPOLLIN)
         while all(a.running for a in agents):
             wake = min(a.due() for a in agents)
+            for i, a in enumerate(agents):
+                _watch_reads(ep, owner, watched, i, a)
             for fd, _events in ep.poll(max(0.0, wake - clock())):
-                agent, s = owner[fd]
-                agent.ready(s)
+                agent, s = owner.get(fd, (None, None))
+                if agent is None:
+                    continue
+                if s is None:
+                    agent.registers.readable()
+                else:
+                    agent.ready(s)
+
+
+def _watch_reads(ep: select.epoll, owner: dict, watched: dict, i: int, a: SwitchAgent) -> None:
+    """Watch the connection of agent ``i``'s register reads while a batch is out, and only
+    then (between batches a closed connection would read as readable for ever)."""
+    s = a.registers.watch()
+    old = watched.get(i)
+    if old is not None and old[0] is s:
+        return
+    if old is not None:
+        del watched[i]
+        # unless the number went to another switch's new connection since this one closed
+        # (closing a socket drops it from epoll)
+        if owner.get(old[1]) == (a, None):
+            del owner[old[1]]
+            with contextlib.suppress(OSError):  # closed: epoll dropped it already
+                ep.unregister(old[1])
+    if s is not None:
+        fd = s.fileno()
+        ep.register(fd, select.EPOLLIN)
+        owner[fd] = (a, None)
+        watched[i] = (s, fd)
 
 
 def _set_priority(cfg: AgentConfig) -> None:

@@ -16,10 +16,12 @@ The replies are read once they are all there. BMv2 writes each reply on its own,
 them as they came woke the agent's register thread once a reply: a batch of 26 calls cost
 750 us of its CPU, most of it those wake-ups. The socket's receive low-water mark
 (SO_RCVLOWAT, socket(7)) is set to the size the replies have when every call succeeds, which
-the generated code's own encoding gives, and one poll() waits for that many bytes. A reply
-that is an error can only be as long or longer (a call's exception is a field more than its
-result), so the wait never outlasts the replies; if it did, it ends after
-:data:`REPLIES_WAIT_S` and the replies are read as before. The protocol is Thrift's
+the generated code's own encoding gives: the socket reads as readable only once that many
+bytes are there, to one poll() (:meth:`Bmv2Thrift.batch`) or to the agent's loop, which goes on
+meanwhile (:class:`testbed.agent.registers.RegisterReader`). A reply that is an error can
+only be as long or longer (a call's exception is a field more than its result), so the wait
+never outlasts the replies; if it did, ``batch`` ends it after :data:`REPLIES_WAIT_S` and the
+loop gives the batch up after ``RegisterReader.STALE_S``. The protocol is Thrift's
 C-accelerated binary protocol (fastbinary), the same bytes as the pure Python one.
 """
 
@@ -81,20 +83,15 @@ class Bmv2Thrift:
         self._poll = select.poll()
         self._poll.register(self._socket.handle, select.POLLIN)
 
-    def _await_replies(self, size: int) -> None:
-        """Sleep until ``size`` bytes of replies are queued on the socket (or the wait is
-        over): then the replies are read without a wake-up each."""
-        sock = self._socket.handle
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
-        try:
-            self._poll.poll(REPLIES_WAIT_S * 1000)
-        finally:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+    @property
+    def socket(self) -> socket.socket:
+        """The connection, for a loop that waits for its replies (see :meth:`send`)."""
+        return self._socket.handle
 
-    def batch(self, calls: Sequence[Call]) -> list[Any]:
-        """Send every call, then read every reply: each call's result, in order. A call that
-        fails raises its error (e.g. ``InvalidRegisterOperation``) with the later replies
-        unread, so the caller closes this connection and opens another."""
+    def send(self, calls: Sequence[Call]) -> None:
+        """Send every call in one send(), and set the socket's low-water mark to the size of
+        their replies: it reads as readable (poll, epoll) once every reply has come. Then
+        :meth:`receive` reads them, the same calls in the same order."""
         self._transport.corked = True
         try:
             for name, args in calls:
@@ -102,8 +99,23 @@ class Bmv2Thrift:
         finally:
             self._transport.corked = False
         self._transport.flush()
-        self._await_replies(sum(reply_bytes(name) for name, _ in calls))
+        size = sum(reply_bytes(name) for name, _ in calls)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
+
+    def receive(self, calls: Sequence[Call]) -> list[Any]:
+        """Every reply of the calls :meth:`send` sent: each call's result, in order. A call
+        that fails raises its error (e.g. ``InvalidRegisterOperation``) with the later
+        replies unread, so the caller closes this connection and opens another."""
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
         return [getattr(self._client, f"recv_{name}")() for name, _ in calls]
+
+    def batch(self, calls: Sequence[Call]) -> list[Any]:
+        """Send every call, wait until every reply has come (at most :data:`REPLIES_WAIT_S`,
+        then they are read as they come), and return each call's result, in order; a failed
+        call raises, as :meth:`receive` says."""
+        self.send(calls)
+        self._poll.poll(REPLIES_WAIT_S * 1000)
+        return self.receive(calls)
 
     def close(self) -> None:
         self._transport.close()
