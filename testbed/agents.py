@@ -1,15 +1,16 @@
-"""The switch agents of a fabric: one `python -m testbed.agent` serving every switch (the
-default, agent.one_process), or one per switch, inside its namespace.
+"""The switch agents of a fabric: one `python -m testbed.agent` per switch, inside its
+namespace (the default), or one process serving every switch (agent.one_process).
 
 :class:`AgentPool` writes each agent's config file (its ports, their class buffers, the tick
 port, the watchdog, the switch's namespace), starts the agents, waits until each has opened
 its sockets and its event log, and stops them.
 
 One process starts one interpreter instead of one per switch, and its sockets, opened inside
-each switch's namespace, keep working from outside (testbed.netns). It serves the switches'
-PFC frames one after another, behind their samples and ticks, but the switches' ticks share
-its wake-ups (testbed.agent.schedule), which made it the cheaper by a quarter under incast with
-a pause reaction no worse, so it is the default (benchmarks/agent_process.py measures both).
+each switch's namespace, keep working from outside (testbed.netns); the switches' ticks share
+its wake-ups (testbed.agent.schedule), which makes it a fifth cheaper under incast. But it
+serves the switches' PFC frames one after another, and on cores saturated past the fabric's
+capacity it fell further behind than six processes do, so a process per switch stays the
+default (benchmarks/agent_process.py measures both).
 """
 
 from __future__ import annotations

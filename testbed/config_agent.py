@@ -77,10 +77,10 @@ class AgentConfig(_Strict):
         "switch agent, 0 for none (nice alone). Real-time, a PFC frame preempts BMv2 and the "
         "hosts, as a MAC answers it in hardware: for faster links (10 at 15 Mbit/s halved the "
         "flagged runs); at 10 Mbit/s it costs big fabrics BMv2's time (README: How fast it goes).")
-    one_process: bool = Field(True, description="One agent process for every switch, "
+    one_process: bool = Field(False, description="One agent process for every switch, "
         "opening each switch's sockets inside its namespace: the switches' ticks share its "
-        "wake-ups, so it takes a quarter less CPU under incast than a process per switch, and "
-        "it starts in a third of the time; its pause reaction and the seeded cases' fidelity "
-        "were no worse (README: How fast it goes). False: a process per switch, inside its "
-        "namespace, each switch's PFC frames served on their own.")
+        "wake-ups, so it starts in a third of the time and takes a fifth less CPU under "
+        "incast, but on cores saturated past the fabric's capacity it kept up worse (lossless "
+        "drops in 2 of 6 all-to-all runs at 10 Mbit/s, against none; README: How fast it "
+        "goes). False: a process per switch, inside its namespace.")
     pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)

@@ -135,13 +135,13 @@ def test_incast_4_to_1_lossless_with_pfc_ten_times(tmp_path: Path) -> None:
     print(json.dumps({"runs": summary, "phantom_drift": fidelity}))
 
 
-def test_incast_with_an_agent_process_per_switch_is_lossless(tmp_path: Path) -> None:
-    """agent.one_process false: a process per switch, each inside its switch's namespace, and
-    the incast is as lossless, with every switch's pauses applied and logged, as with the one
-    process (the default) serving all five switches from outside their namespaces."""
+def test_incast_with_one_agent_process_is_lossless(tmp_path: Path) -> None:
+    """agent.one_process: one process serves all five switches from outside their namespaces,
+    and the incast is as lossless, with every switch's pauses applied and logged, as with a
+    process per switch."""
     for run in range(2):
-        r = run_incast(tmp_path / f"run{run}", pfc=True, name=f"per{run}",
-                       agent={"one_process": False})
+        r = run_incast(tmp_path / f"run{run}", pfc=True, name=f"one{run}",
+                       agent={"one_process": True})
         figures = check_lossless_incast(r, run)
         pauses = [e for e in run_events(tmp_path / f"run{run}") if e.event == "pause"]
         # the spines obeyed leaf1's PFC and the senders' leaves the spines', each pause a

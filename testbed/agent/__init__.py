@@ -1,7 +1,7 @@
-"""The switch agent: what a switch OS does in software, one process for every switch (the
-default), which opens each switch's sockets inside its namespace (:mod:`testbed.netns`), or one
-process per switch, inside the switch's network namespace (config ``agent.one_process``). Its
-jobs, one module each:
+"""The switch agent: what a switch OS does in software, one process per switch, inside the
+switch's network namespace, or one process for every switch, which opens each switch's sockets
+inside its namespace (:mod:`testbed.netns`; config ``agent.one_process``). Its jobs, one
+module each:
 
 * :mod:`~testbed.agent.pause`: PFC frames arriving on a port close and open that port's class
   gates (the MAC's job in a real switch); every pause is an event.
