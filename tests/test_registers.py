@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.agent.registers import P4Registers, RegisterReader, merged, view_calls
+from testbed.agent.registers import RegisterReader, merged, view_calls
 from testbed.netns import inside
 
 
 class _Thrift:
-    """Records each call; every register holds its cell's index plus one, or -2 for drift."""
+    """BMv2's Thrift client, pipelined (Bmv2Thrift.send, receive): records each call; every
+    register holds its cell's index plus one, or -2 for drift."""
 
-    def __init__(self) -> None:
+    def __init__(self, refuse: bool = False) -> None:
         self.calls: list[tuple[str, str, int]] = []
-        self.batches = 0
+        self.out: list[list[tuple[str, tuple]]] = []  # batches sent, not yet received
+        self.sent = 0
+        self.refuse = refuse
+        self.socket = object()
+        self.closed = False
 
     def bm_register_read(self, _ctx: int, name: str, cell: int) -> int:
         self.calls.append(("read", name, cell))
@@ -23,23 +28,9 @@ class _Thrift:
     def bm_register_write(self, _ctx: int, name: str, cell: int, _value: int) -> None:
         self.calls.append(("write", name, cell))
 
-    def batch(self, calls: list[tuple[str, tuple]]) -> list:
-        self.batches += 1
-        return [getattr(self, name)(*args) for name, args in calls]
-
-
-class _Pipelined(_Thrift):
-    """Also sends a batch and hands its replies back later (Bmv2Thrift.send, receive)."""
-
-    def __init__(self, refuse: bool = False) -> None:
-        super().__init__()
-        self.out: list[list[tuple[str, tuple]]] = []  # batches sent, not yet received
-        self.refuse = refuse
-        self.socket = object()
-        self.closed = False
-
     def send(self, calls: list[tuple[str, tuple]]) -> None:
         self.out.append(calls)
+        self.sent += 1
 
     def receive(self, calls: list[tuple[str, tuple]]) -> list:
         assert self.out.pop(0) == calls  # the replies are those of the batch sent first
@@ -51,14 +42,14 @@ class _Pipelined(_Thrift):
         self.closed = True
 
 
-def _reader(bm: _Pipelined, clock=lambda: 0.0) -> RegisterReader:
+def _reader(bm: _Thrift, clock=lambda: 0.0) -> RegisterReader:
     r = RegisterReader(9090, "leaf1", clock=clock)
     r.p4._client = bm  # type: ignore[assignment]
     return r
 
 
 def test_the_reader_sends_a_batch_and_takes_its_replies_once_they_came() -> None:
-    bm = _Pipelined()
+    bm = _Thrift()
     r = _reader(bm)
     assert r.watch() is None  # nothing out: nothing to watch
     r.ask([(2, 3)])
@@ -72,7 +63,7 @@ def test_the_reader_sends_a_batch_and_takes_its_replies_once_they_came() -> None
 
 
 def test_a_request_made_while_a_batch_is_out_waits_for_it_and_the_reads_merge() -> None:
-    bm = _Pipelined()
+    bm = _Thrift()
     r = _reader(bm)
     r.ask([(1, 3)])
     r.ask([(4, 3)])
@@ -86,7 +77,7 @@ def test_a_request_made_while_a_batch_is_out_waits_for_it_and_the_reads_merge() 
 
 
 def test_a_refused_batch_closes_the_connection_and_the_next_asks_on_another() -> None:
-    bm = _Pipelined(refuse=True)
+    bm = _Thrift(refuse=True)
     r = _reader(bm)
     r.ask([(2, 3)])
     r.readable()
@@ -95,14 +86,14 @@ def test_a_refused_batch_closes_the_connection_and_the_next_asks_on_another() ->
 
 def test_a_batch_never_answered_in_full_is_given_up() -> None:
     t = [0.0]
-    bm = _Pipelined()
+    bm = _Thrift()
     r = _reader(bm, clock=lambda: t[0])
     r.ask([(2, 3)])
     t[0] = RegisterReader.STALE_S / 2
     r.ask([(2, 3)])
     assert not bm.closed  # still waiting
     t[0] = RegisterReader.STALE_S + 1
-    r.p4._bm = lambda: None  # type: ignore[method-assign]  # BMv2 gone meanwhile
+    r.p4.connection = lambda: None  # type: ignore[method-assign]  # BMv2 gone meanwhile
     r.ask([(2, 3)])
     assert bm.closed and r.watch() is None
 
@@ -114,47 +105,60 @@ def test_merged_keeps_the_latest_view_and_each_maximum() -> None:
     assert merged(({}, None), new) == new
 
 
-def _registers() -> tuple[P4Registers, _Thrift]:
-    r = P4Registers(9090, "leaf1")
-    r._client = bm = _Thrift()  # type: ignore[assignment]
-    return r, bm
+def _read(r: RegisterReader, queues: list[tuple[int, int]]):
+    r.ask(queues)
+    r.readable()
+    return r.take()
 
 
 def test_an_idle_sample_asks_bmv2_nothing() -> None:
-    r, bm = _registers()
-    assert r.queue_views([]) == ({}, None)
-    assert bm.calls == []
+    bm = _Thrift()
+    assert _read(_reader(bm), []) == ({}, None)
+    assert bm.calls == [] and bm.sent == 0
 
 
 def test_a_busy_queue_is_read_its_maxima_cleared_and_bmv2s_hold_read_once() -> None:
-    r, bm = _registers()
-    views, lag = r.queue_views([(2, 3)])
+    bm = _Thrift()
+    views, lag = _read(_reader(bm), [(2, 3)])
     cell = 2 * 8 + 3
     assert views == {(2, 3): (-2, cell + 1, cell + 1, cell + 1)} and lag == 1
     assert [c for c in bm.calls if c[0] == "write"] == [
         ("write", "below_max", cell), ("write", "occupancy_max", cell),
         ("write", "bmv2_lag_max", 0)]
     assert bm.calls.count(("read", "bmv2_lag_max", 0)) == 1
-    assert bm.batches == 1  # the whole sample leaves in one send
+    assert bm.sent == 1  # the whole sample leaves in one send
 
 
 def test_several_queues_are_read_in_one_batch_each_with_its_own_cells() -> None:
-    r, bm = _registers()
-    views, _ = r.queue_views([(1, 3), (4, 3)])
+    bm = _Thrift()
+    views, _ = _read(_reader(bm), [(1, 3), (4, 3)])
     assert views == {(1, 3): (-2, 12, 12, 12), (4, 3): (-2, 36, 36, 36)}
-    assert bm.batches == 1
+    assert bm.sent == 1
 
 
 @pytest.mark.bmv2
-def test_one_batch_reads_and_clears_a_real_switchs_registers() -> None:
-    """Against a running BMv2: the batch's replies are each call's own, the maxima and BMv2's
-    hold are cleared, and a failed call leaves the next sample a working connection."""
+def test_the_reader_reads_and_clears_a_real_switchs_registers_without_waiting() -> None:
+    """Against a running BMv2: ask() returns at once; the socket to watch reads as readable
+    once the replies have come, each call's own; the maxima and BMv2's hold are cleared; and
+    a failed call leaves the next sample a working connection."""
+    import select
+
     from testbed.agent.thrift_batch import Bmv2Thrift
     from tests.dataplane import bmv2_harness
 
+    def read(r: RegisterReader, queues: list[tuple[int, int]]):
+        r.ask(queues)
+        s = r.watch()
+        assert s is not None
+        ready, _, _ = select.select([s], [], [], 5.0)
+        assert ready == [s]
+        r.readable()
+        assert r.watch() is None
+        return r.take()
+
     with bmv2_harness(2) as h:
         ns = f"/run/netns/{h.ns}"  # where `ip netns` keeps it
-        r = P4Registers(h.switch.opts.thrift_port, "t", ns)
+        r = RegisterReader(h.switch.opts.thrift_port, "t", ns)
         cell = 2 * 8 + 3
         other = 1 * 8 + 3
         with inside(ns):
@@ -164,18 +168,19 @@ def test_one_batch_reads_and_clears_a_real_switchs_registers() -> None:
                 ("drift", cell, (1 << 32) - 5), ("held", cell, 7), ("below_max", cell, 100),
                 ("occupancy_max", cell, 200), ("bmv2_lag_max", 0, 42),
                 ("drift", other, 9), ("occupancy_max", other, 300)]])
-            assert r.queue_views([(2, 3), (1, 3)]) == (
+            assert read(r, [(2, 3), (1, 3)]) == (
                 {(2, 3): (-5, 7, 100, 200), (1, 3): (9, 0, 0, 300)}, 42)
             # the maxima were cleared; drift and held are the last resync's, kept
-            assert r.queue_views([(2, 3), (1, 3)]) == (
+            assert read(r, [(2, 3), (1, 3)]) == (
                 {(2, 3): (-5, 7, 0, 0), (1, 3): (9, 0, 0, 0)}, 0)
 
             # a cell past the registers fails its first read, with the batch's later replies
             # unread: the next sample must not take them for its own
-            assert r.queue_views([(600, 3), (2, 3)]) == ({}, None)
-            assert r.queue_views([(2, 3)]) == ({(2, 3): (-5, 7, 0, 0)}, 0)
+            assert read(r, [(600, 3), (2, 3)]) == ({}, None)
+            assert read(r, [(2, 3)]) == ({(2, 3): (-5, 7, 0, 0)}, 0)
         finally:
             bm.close()
+            r.stop()
 
 
 @pytest.mark.bmv2
@@ -216,31 +221,3 @@ def test_a_batch_waits_for_exactly_the_bytes_a_real_switch_replies() -> None:
                           ("bm_register_read", (0, "drift", 19))])
         finally:
             bm.close()
-
-
-@pytest.mark.bmv2
-def test_the_reader_gets_a_real_switchs_views_without_waiting() -> None:
-    """Against a running BMv2: ask() returns at once; the socket to watch reads as readable
-    once the replies have come, and readable() then has the views."""
-    import select
-
-    from tests.dataplane import bmv2_harness
-
-    with bmv2_harness(2) as h:
-        ns = f"/run/netns/{h.ns}"
-        cell = 2 * 8 + 3
-        P4Registers(h.switch.opts.thrift_port, "t", ns)._bm().batch(  # type: ignore[union-attr]
-            [("bm_register_write", (0, "held", cell, 7)),
-             ("bm_register_write", (0, "occupancy_max", cell, 200))])
-        r = RegisterReader(h.switch.opts.thrift_port, "t", ns)
-        try:
-            r.ask([(2, 3)])
-            s = r.watch()
-            assert s is not None
-            ready, _, _ = select.select([s], [], [], 5.0)
-            assert ready == [s]
-            r.readable()
-            assert r.watch() is None
-            assert r.take() == ({(2, 3): (0, 7, 0, 200)}, 0)
-        finally:
-            r.stop()

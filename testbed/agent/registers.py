@@ -85,7 +85,7 @@ class P4Registers:
         self.netns = netns  # the switch's namespace, where BMv2's Thrift port is
         self._client: Bmv2Thrift | None = None
 
-    def _bm(self) -> Bmv2Thrift | None:
+    def connection(self) -> Bmv2Thrift | None:
         """BMv2's Thrift connection inside this namespace (None without a port)."""
         if self._client is None and self.thrift_port:
             from testbed.agent.thrift_batch import Bmv2Thrift
@@ -94,30 +94,13 @@ class P4Registers:
                 self._client = Bmv2Thrift(self.thrift_port)
         return self._client
 
-    def _drop(self) -> None:
+    def drop(self) -> None:
         """After a failed call: the connection may hold replies not read; the next call opens
         another."""
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()
         self._client = None
-
-    def queue_views(self, queues: list[tuple[int, int]]
-                    ) -> tuple[dict[tuple[int, int], QueueView], int | None]:
-        """:func:`view_calls` as one batch, waited for: the views and BMv2's hold (empty, and
-        None, without Thrift or with no queue named)."""
-        if not self.thrift_port or not queues:
-            return {}, None
-        calls = view_calls(queues)
-        try:
-            bm = self._bm()
-            if bm is None:
-                return {}, None
-            got = bm.batch(calls)
-        except Exception:  # BMv2 gone or no Thrift module: the columns stay empty
-            self._drop()
-            return {}, None
-        return views_of(queues, got)
 
     def set_pfc_ignored(self, port: int, tc: int, ignore: bool) -> None:
         """Tell the P4 program whether the watchdog has (port, class) ignore PFC: while it
@@ -128,12 +111,12 @@ class P4Registers:
         if ignore:
             calls.append(("bm_register_write", (0, "paused_until", idx, 0)))
         try:
-            bm = self._bm()
+            bm = self.connection()
             if bm is None:
                 return
             bm.batch(calls)
         except Exception as exc:  # BMv2 gone: nothing left to tell
-            self._drop()
+            self.drop()
             print(f"{self.switch}: pfc_ignored[{idx}] not written: {exc}", file=sys.stderr)
 
 
@@ -166,7 +149,7 @@ class RegisterReader:
         latest request replaces one waiting)."""
         queues = list(queues)
         if self._asked is not None and self.clock() - self._asked[2] > self.STALE_S:
-            self.p4._drop()  # BMv2 never answered in full: start over on a new connection
+            self.p4.drop()  # BMv2 never answered in full: start over on a new connection
             self._asked = None
         if self._asked is not None:
             self._want = queues
@@ -178,12 +161,12 @@ class RegisterReader:
             return
         calls = view_calls(queues)
         try:
-            bm = self.p4._bm()
+            bm = self.p4.connection()
             if bm is None:
                 return
             bm.send(calls)
         except Exception:  # BMv2 gone or no Thrift module: the columns stay empty
-            self.p4._drop()
+            self.p4.drop()
             return
         self._asked = (queues, calls, self.clock())
 
@@ -201,10 +184,10 @@ class RegisterReader:
         queues, calls, _when = self._asked
         self._asked = None
         try:
-            bm = self.p4._bm()
+            bm = self.p4.connection()
             got = bm.receive(calls) if bm is not None else None
         except Exception:  # BMv2 gone, or a call refused: the next sample opens another
-            self.p4._drop()
+            self.p4.drop()
             got = None
         if got is not None:
             self._result = merged(self._result, views_of(queues, got))
@@ -218,5 +201,5 @@ class RegisterReader:
         return result
 
     def stop(self) -> None:
-        self.p4._drop()
+        self.p4.drop()
         self._asked = None

@@ -177,7 +177,7 @@ class TelemetryMixin:
         if resync or now >= self.busy_until:
             self.tick(backlogs)  # first: the resync's backlog as fresh as it can be
         busy = self._busy_lossless(backlogs)
-        if busy:  # nothing to read of idle queues (P4Registers.queue_views)
+        if busy:  # nothing to read of idle queues (registers.view_calls)
             self.registers.ask(busy)
         views, lag = self.registers.take()
         for n, per_tc in backlogs.items():
