@@ -32,9 +32,6 @@ TCA_TBF_PARMS = 1
 _NLMSG = struct.Struct("=IHHII")
 _TCMSG = struct.Struct("=BxxxiIII")
 _RTA = struct.Struct("=HH")
-_U32 = struct.Struct("=I")
-_BASIC = struct.Struct("=QI")  # gnet_stats_basic: bytes, packets
-_QUEUE = struct.Struct("=III")  # gnet_stats_queue: qlen, backlog, drops
 
 
 @dataclass(frozen=True)
@@ -68,33 +65,27 @@ class QdiscReader:
     def dump(self, majors: range | frozenset[int] | None = None) -> list[QdiscStats]:
         """Every class gate's statistics, or only those whose handle major is in ``majors``
         (the agent's resync ticks need the lossless classes alone: parsing is most of a dump's
-        cost). The loops are written out, not layered on helpers: the agents run this 30 times
-        a second per busy switch, and a call per message and a generator per attribute were
-        half its cost."""
+        cost, about 18 us a gate)."""
         wanted = self.handle_majors if majors is None else majors
         self.seq += 1
-        seq_now = self.seq
         req = _NLMSG.pack(_NLMSG.size + _TCMSG.size, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
-                          seq_now, os.getpid()) + _TCMSG.pack(0, 0, 0, 0, 0)
+                          self.seq, os.getpid()) + _TCMSG.pack(0, 0, 0, 0, 0)
         self.sock.send(req)
         out: list[QdiscStats] = []
-        header = _NLMSG.unpack_from
-        handle_of = _U32.unpack_from
-        parse = self._parse
         while True:
             data = self.sock.recv(1 << 16)
             off = 0
-            size = len(data)
-            while off + 16 <= size:
-                length, mtype, _flags, seq, _pid = header(data, off)
-                if length < 16 or mtype == NLMSG_DONE:
+            while off + _NLMSG.size <= len(data):
+                length, mtype, _flags, seq, _pid = _NLMSG.unpack_from(data, off)
+                if length < _NLMSG.size:
+                    return out
+                if mtype == NLMSG_DONE:
                     return out
                 if mtype == NLMSG_ERROR:
                     raise OSError("netlink error while dumping qdiscs")
-                # the tcmsg's handle: after the header, family and pad (4) and ifindex (4)
-                if mtype == RTM_NEWQDISC and seq == seq_now and \
-                        handle_of(data, off + 24)[0] >> 16 in wanted:
-                    out.append(parse(data, off + 16, off + length))
+                if mtype == RTM_NEWQDISC and seq == self.seq and self._wanted(data, off,
+                                                                              wanted):
+                    out.append(self._parse(data, off + _NLMSG.size, off + length))
                 off += (length + 3) & ~3
 
     #: Only the port model's class gates (handles 10: to 17:) are parsed; the rest of a dump
@@ -102,30 +93,28 @@ class QdiscReader:
     handle_majors = range(gate_major(0), gate_major(NUM_TCS))
 
     @staticmethod
+    def _wanted(buf: bytes, off: int, majors: range | frozenset[int]) -> bool:
+        handle = struct.unpack_from("=I", buf, off + _NLMSG.size + 8)[0]
+        return (handle >> 16) in majors
+
+    @staticmethod
     def _parse(buf: bytes, off: int, end: int) -> QdiscStats:
         _fam, ifindex, handle, _parent, _info = _TCMSG.unpack_from(buf, off)
         kind = ""
         b = p = qlen = backlog = drops = rate = 0
-        rta = _RTA.unpack_from
-        a = off + _TCMSG.size
-        while a + 4 <= end:
-            length, t = rta(buf, a)
-            if length < 4:
-                break
-            t &= 0x3FFF
+        for t, s, e in _attrs(buf, off + _TCMSG.size, end):
             if t == TCA_KIND:
-                kind = buf[a + 4:a + length].rstrip(b"\0").decode()
+                kind = buf[s:e].rstrip(b"\0").decode()
             elif t == TCA_OPTIONS and kind == "tbf":
-                for t2, s2, _e2 in _attrs(buf, a + 4, a + length):
+                for t2, s2, _e2 in _attrs(buf, s, e):
                     if t2 == TCA_TBF_PARMS:
-                        rate = _U32.unpack_from(buf, s2 + 8)[0] * 8
+                        rate = struct.unpack_from("=I", buf, s2 + 8)[0] * 8
             elif t == TCA_STATS2:
-                for t2, s2, _e2 in _attrs(buf, a + 4, a + length):
+                for t2, s2, _e2 in _attrs(buf, s, e):
                     if t2 == TCA_STATS_BASIC:
-                        b, p = _BASIC.unpack_from(buf, s2)
+                        b, p = struct.unpack_from("=QI", buf, s2)
                     elif t2 == TCA_STATS_QUEUE:
-                        qlen, backlog, drops = _QUEUE.unpack_from(buf, s2)
-            a += (length + 3) & ~3
+                        qlen, backlog, drops = struct.unpack_from("=III", buf, s2)
         return QdiscStats(ifindex, handle, kind, b, p, qlen, backlog, drops, rate)
 
     def close(self) -> None:
