@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 
 #: Jobs due within this long of each other run in one wake-up (a job runs at most this early).
-#: Grids whose periods are multiples of the tick period meet to within float rounding; this
-#: also absorbs select()'s early returns.
+#: Grids whose periods are multiples of the tick period meet to within float rounding, which
+#: this absorbs; so do grids that nearly meet.
 COALESCE_S = 0.001
 
 
