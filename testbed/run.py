@@ -112,17 +112,17 @@ class Run:
         topo, net and sessions)."""
         if not fabric.sessions or fabric.net is None:
             return
-        from testbed.measure import fabric_counters
+        from testbed.measure import rx_counters
 
         try:
-            counters = fabric_counters(fabric)
+            counters = {s.name: rx_counters(fabric, s.name) for s in fabric.topo.switches}
         except Exception as exc:  # a switch already gone: the figure stays unknown
             from testbed.control import one_line
 
             self.progress(f"hidden loss not read: {one_line(exc)}")
             return
-        self.hidden_loss = sum(max(pc.hidden_loss, 0) for sc in counters.values()
-                               for pc in sc.ports.values() if pc.veth_rx_packets >= 0)
+        self.hidden_loss = sum(max(pc.hidden_loss, 0) for ports in counters.values()
+                               for pc in ports.values() if pc.veth_rx_packets >= 0)
 
     def stop_cpu_sampler(self) -> None:
         if self._cpu is not None:

@@ -327,3 +327,40 @@ def test_agents_run_real_time_and_change_their_gates_themselves(tmp_path: Path) 
                     assert (policy, prio) == expected, (rt, pid, policy, prio)
                     if not rt:
                         assert nice == -7, (pid, nice)
+
+
+def test_counters_read_from_the_kernel_match_ip_and_tc(tmp_path: Path) -> None:
+    """testbed.measure reads each port's veth and class gates straight from the switch's
+    namespace (/proc/PID/net/dev, one netlink dump): the same numbers `ip -s link` and
+    `tc -s qdisc` give, after traffic crossed every switch."""
+    import json
+
+    from testbed.constants import gate_class
+    from testbed.measure import kernel_stats, rx_counters, veth_rx
+    from testbed.topology import intf_name
+
+    cfg = FabricConfig.model_validate({"name": "ctr", "fabric": {
+        "spines": 1, "leaves": 2, "hosts_per_leaf": 1}})
+    topo = build_topology(cfg)
+    with Fabric(cfg, topo, tmp_path) as fabric:
+        assert fabric.pingall() == (2, 2)
+        for sw in topo.switches:
+            node = fabric.net.get(sw.name)
+            ports = list(sw.ports)
+            got_rx, got_kern = veth_rx(node, ports, sw.name), kernel_stats(node, ports, sw.name)
+            for p in ports:
+                ifname = intf_name(sw.name, p)
+                ip = json.loads(node.cmd(f"ip -s -j link show dev {ifname}"))
+                assert got_rx[p] == ip[0]["stats64"]["rx"]["packets"] > 0, (sw.name, p)
+                tc = {gate_class(int(q["handle"].split(":")[0], 16)): q for q in json.loads(
+                    node.cmd(f"tc -s -j qdisc show dev {ifname}")) if q["kind"] == "tbf"}
+                assert set(got_kern[p]) == set(tc)
+                for c, q in tc.items():
+                    assert got_kern[p][c] == {
+                        "backlog_bytes": q["backlog"], "backlog_packets": q["qlen"],
+                        "drops": q["drops"], "sent_bytes": q["bytes"],
+                        "sent_packets": q["packets"]}, (sw.name, p, c)
+            assert sum(s["sent_packets"] for per in got_kern.values() for s in per.values())
+            arrivals = rx_counters(fabric, sw.name)
+            assert all(pc.p4_rx_packets > 0 and pc.hidden_loss >= 0 for pc in arrivals.values())
+        assert veth_rx(fabric.net.get("leaf1"), [99], "leaf1") == {99: -1}
