@@ -22,7 +22,6 @@ from testbed.agent.registers import P4Registers
 from testbed.pfcwd import PfcWatchdog, QueueObservation, StormDetected, StormRestored
 from testbed.ports import ClassStats
 from testbed.results import PfcwdQueue, PfcwdState, write_pfcwd
-from testbed.tcstats import QdiscReader
 
 
 class WatchdogMixin:
@@ -32,9 +31,11 @@ class WatchdogMixin:
     clock: Callable[[], float]
     now: Callable[[], float]
     ports: dict[int, PortRuntime]
-    reader: QdiscReader
     p4: P4Registers
     _event: Callable[..., None]
+    #: The telemetry's kernel read (TelemetryMixin): every port's classes from one dump.
+    _backlogs: Callable[..., dict[int, dict[int, ClassStats]]]
+    _lossless_majors: frozenset[int]
 
     @functools.cached_property
     def watchdog(self) -> PfcWatchdog:
@@ -57,11 +58,7 @@ class WatchdogMixin:
         if not self.watchdog.ports:
             return
         now = self.clock()
-        if backlogs is not None:
-            stats = backlogs
-        else:
-            dump = self.reader.dump()
-            stats = {n: self.ports[n].gates.stats(dump) for n in self.watchdog.ports}
+        stats = backlogs if backlogs is not None else self._backlogs(self._lossless_majors)
         seen: dict[tuple[int, int], QueueObservation] = {}
         for n, tc in self.watchdog.queues:
             st = stats[n].get(tc)
