@@ -151,3 +151,41 @@ def test_connectx_clamps_the_target_once_the_rate_has_risen() -> None:
     r.on_cnp(r.now)  # rose since the last cut: RT <- RC, as the paper does
     assert r.rt == pytest.approx(0.75 * LINE)
     assert r.rc == pytest.approx(0.375 * LINE)
+
+
+@pytest.mark.parametrize("profile", ["paper", "connectx"])
+def test_timers_run_only_when_next_increase_says_give_the_same_rates(profile: str) -> None:
+    """The endpoint advances a reaction point only when its rate can change (next_increase),
+    at a cut and at a send, no longer every 10 ms: the rate it paces with must be the same at
+    every moment as one advanced every millisecond, and after a cut every figure too."""
+    import random
+
+    rng = random.Random(11)
+    every, lazy = (rp(profile=profile, byte_counter_bytes=40_000) for _ in range(2))
+    period = every.p.timer_period_s
+    step = period / 50
+    looks = cuts = rises = 0
+    for i in range(1, 40_000):
+        before = every.rc
+        now = i * step
+        every.advance(now)
+        if now >= lazy.next_increase():
+            lazy.advance(now)
+            looks += 1
+        event = rng.random()
+        if event < 0.001:
+            cuts += 1
+            for r in (every, lazy):
+                r.on_cnp(now)
+            assert (lazy.rc, lazy.rt, lazy.alpha) == (every.rc, every.rt, every.alpha)
+        elif event < 0.3:
+            for r in (every, lazy):
+                r.on_sent(1024, now)
+        assert (lazy.rc, lazy.rt) == (every.rc, every.rt), f"at step {i}"
+        rises += every.rc > before
+    assert cuts >= 20 and rises >= 100  # the rates moved both ways on the way
+    assert looks < 40_000 / 10
+    fresh = rp(profile=profile)
+    assert fresh.next_increase() == float("inf")  # at line rate: no timer to run
+    fresh.on_cnp(1.0)
+    assert fresh.next_increase() == pytest.approx(1.0 + period)

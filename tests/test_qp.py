@@ -158,3 +158,44 @@ def test_a_pause_before_anything_was_sent_does_not_put_the_timer_off() -> None:
     req.post("write", 100, 1.0)
     req.next_frame(1.0)
     assert req.check_timeout(1.6, paused_s=0.9)
+
+
+def test_checked_only_when_timeout_at_says_the_timer_fires_as_checked_every_ms() -> None:
+    """The endpoint checks a QP's timer only once its timeout_at has come, no longer every
+    10 ms: with loss, lost ACKs and pauses, the timeouts must fire at the same moments as a
+    twin's checked every millisecond."""
+    rng = random.Random(5)
+    clock = [0.0]  # the class's time paused so far
+    every, lazy = (Requester(1, 2, B, mtu=100, rto_s=0.05, paused=lambda _now: clock[0])
+                   for _ in range(2))
+    replies = {id(every): Responder(2, 1), id(lazy): Responder(2, 1)}
+    for r in (every, lazy):
+        r.post("write", 100 * 600, 0.0)
+    fired: dict[int, list[int]] = {id(every): [], id(lazy): []}
+    due, looks = 0.0, 0
+    for i in range(1, 20_000):
+        now = i * 0.001
+        held = rng.random() < 0.2
+        if held:
+            clock[0] += 0.001
+        lose_data, lose_ack = rng.random() < 0.03, rng.random() < 0.5
+        for r in (every, lazy):
+            if r is every or now >= due:
+                if r.check_timeout(now):
+                    fired[id(r)].append(i)
+                if r is lazy:
+                    due, looks = r.timeout_at(now), looks + 1
+            out = None if held else r.next_frame(now)
+            if out is None or lose_data:
+                continue
+            reply = replies[id(r)].on_data(parse_roce(out[0]))
+            if reply is not None and not lose_ack:
+                syn, psn, msn = reply
+                r.on_ack(parse_roce(ACKB.frame(0x11, 1, psn, ext=ACKB.aeth(syn, msn))), now)
+        if every.idle and lazy.idle:
+            break
+    assert every.idle and lazy.idle
+    assert len(fired[id(every)]) >= 5
+    assert fired[id(lazy)] == fired[id(every)]
+    assert looks < i / 5
+    assert lazy.timeout_at(now) == float("inf")  # idle: no timer

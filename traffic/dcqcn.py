@@ -141,6 +141,19 @@ class ReactionPoint:
             self._increase()
         self.now = max(self.now, now)
 
+    def next_increase(self) -> float:
+        """When the rate-increase timer next changes the rate; never (inf) at line rate.
+
+        At line rate a timer event only counts a stage, and a cut resets the stages, so it
+        changes nothing a later call sees. Alpha's timer never needs a call of its own either:
+        alpha is read only at a cut and in samples, which both :meth:`advance` first, and
+        :meth:`advance` reaches the same state however late it runs.
+        """
+        p = self.p
+        if self.rc >= p.line_rate_bps and self.rt >= p.line_rate_bps:
+            return float("inf")
+        return self._last_timer + p.timer_period_s
+
     # -- rate increase ------------------------------------------------------------------
     @property
     def phase(self) -> str:

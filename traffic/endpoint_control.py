@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 class ControlServer:
     """Part of :class:`traffic.endpoint.Endpoint`: its control socket and commands. Uses the
-    endpoint's ``cfg``, ``qps``, ``now()``, ``create_qp()``, ``snapshot()`` and ``set_fault()``;
-    ``stop`` clears its ``_running``."""
+    endpoint's ``cfg``, ``qps``, ``now()``, ``create_qp()``, ``snapshot()``, ``set_fault()``
+    and ``_housekeeping_by()`` (a command that adds or drops work has housekeeping look at
+    once: it sets its deadlines from the work there is); ``stop`` clears its ``_running``."""
 
     cfg: EndpointConfig
     qps: dict[int, QpState]
@@ -50,6 +51,8 @@ class ControlServer:
     def handle(self, req: dict) -> dict:
         cmd = req.get("cmd")
         now = self.now()
+        if cmd in ("qp", "post", "halt"):
+            self._housekeeping_by(now)
         if cmd == "qp":
             args = {k: req[k] for k in ("qpn", "role", "peer_ip", "peer_qpn", "tc", "sport",
                                         "rate_cap_mbps", "start_psn", "max_outstanding", "rto_s")

@@ -55,7 +55,8 @@ class QpState:
 
 class QpTable:
     """Part of :class:`traffic.endpoint.Endpoint`: its QPs (``qps``, and ``_requesters``, the
-    senders, for the send loop). Uses the endpoint's ``cfg``, ``dcqcn`` and ``now()``."""
+    senders, for the send loop). Uses the endpoint's ``cfg``, ``dcqcn``, ``now()`` and
+    ``paused_seconds()`` (each requester's timer reads its class's time paused)."""
 
     cfg: EndpointConfig
     dcqcn: DcqcnParams
@@ -95,7 +96,8 @@ class QpTable:
         if role == "requester":
             st.requester = Requester(qpn, peer_qpn, builder, mtu=self.cfg.mtu,
                                      start_psn=start_psn, max_outstanding=max_outstanding,
-                                     rto_s=self.cfg.rto_s if rto_s is None else rto_s)
+                                     rto_s=self.cfg.rto_s if rto_s is None else rto_s,
+                                     paused=lambda now: self.paused_seconds(tc, now))
             if self.cfg.dcqcn_enabled:
                 st.rp = ReactionPoint(self.dcqcn, now=self.now())
             self._requesters.append(st)

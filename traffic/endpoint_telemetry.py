@@ -148,6 +148,8 @@ class Telemetry:
             good = (total - st._last_bytes) * 8 / dt
             st._last_bytes = total
             rp = st.rp
+            if rp:
+                rp.advance(now)  # its timers run only when due (Endpoint._housekeeping)
             self._qp_w.writerow([
                 f"{now:.4f}", st.qpn, st.role, st.tc,
                 f"{st.rate_bps:.0f}" if rp or st.rate_cap_bps else "",
@@ -165,6 +167,8 @@ class Telemetry:
         for st in self.qps.values():
             d: dict = {"role": st.role, "tc": st.tc, "sport": st.sport, "peer_qpn": st.peer_qpn}
             if st.requester:
+                if st.rp:
+                    st.rp.advance(now)  # its timers run only when due (Endpoint._housekeeping)
                 d.update(asdict(st.requester.stats),
                          idle=st.requester.idle and st.post_until <= now,
                          unacked=len(st.requester.unacked),  # packets sent, not yet ACKed
