@@ -414,8 +414,17 @@ def topology(
     print(build_topology(cfg).to_json())
 
 
-def main() -> None:  # pragma: no cover - console entry point alias
-    app()
+def main() -> None:
+    """The ``testbed`` command (pyproject's entry point): the app, then a quick exit
+    (:mod:`testbed.quick_exit` says why)."""
+    from testbed.quick_exit import leave
+
+    code: int | str | None = 0
+    try:
+        app()
+    except SystemExit as exc:
+        code = exc.code
+    leave(code)
 
 
 if __name__ == "__main__":  # pragma: no cover
