@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from mininet.link import Link
+from mininet.log import lg
 from mininet.net import Mininet
 from mininet.node import Host, Switch
 
@@ -189,6 +190,10 @@ class Network:
             self.bmv2 = bmv2_build.select(self.cfg.switch.build, self.cfg.switch.log)
         except bmv2_build.BuildError as exc:
             raise FabricError(str(exc)) from None
+        # Mininet prints through a handler of its own. p4runtime-shell's logging.debug() calls
+        # give the root logger one too (logging's implicit basicConfig), and every line the
+        # Mininet CLI printed came out a second time through it, as "Level 25:mininet:...".
+        lg.propagate = False
         net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
         self.net = net
         for sw in topo.switches:

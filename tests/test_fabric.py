@@ -95,6 +95,19 @@ def test_exec_reports_the_command_status(tmp_path: Path) -> None:
     assert r.returncode == 1
 
 
+def test_the_mininet_cli_prints_each_line_once(tmp_path: Path) -> None:
+    """A command typed at `testbed up`'s prompt: its output once, as the command wrote it, not
+    a second time behind a logging prefix ("Level 25:mininet:")."""
+    r = subprocess.run(TESTBED + ["up", "--spines", "1", "--leaves", "2", "--hosts-per-leaf",
+                                  "1", "--results", str(tmp_path)],
+                       input="h1 ping -c1 -W2 h2\nexit\n", capture_output=True, text=True,
+                       timeout=180, cwd=Path(__file__).parent.parent)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert out.count("1 packets transmitted, 1 received") == 1, out
+    assert "Level 25" not in out, out
+
+
 def _start_background(tmp: Path) -> subprocess.Popen:
     """`testbed up` with a command on h1 that ignores SIGHUP (as anything started under nohup
     does): ending h1's shell does not end it, and teardown must still leave nothing behind."""
