@@ -12,7 +12,7 @@ import contextlib
 import socket
 from dataclasses import dataclass, field
 
-from testbed.constants import NUM_DROP_REASONS, NUM_TCS, gate_class
+from testbed.constants import NUM_DROP_REASONS, NUM_TCS
 from testbed.netns import inside
 from testbed.tcstats import QdiscReader
 from testbed.topology import Topology, intf_name
@@ -58,8 +58,8 @@ def kernel_stats(node, ports: list[int], switch: str) -> dict[int, dict[int, dic
     out: dict[int, dict[int, dict]] = {p: {} for p in index.values()}
     for q in dump:
         p = index.get(q.ifindex)
-        tc = gate_class(q.handle >> 16)
-        if p is None or q.kind != "tbf" or tc is None:
+        tc = q.tc
+        if p is None or tc is None:
             continue
         out[p][tc] = {"backlog_bytes": q.backlog, "backlog_packets": q.qlen, "drops": q.drops,
                       "sent_bytes": q.bytes, "sent_packets": q.packets}

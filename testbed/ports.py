@@ -259,8 +259,8 @@ class PortGates:
         if dump is not None:
             out_fast: dict[int, ClassStats] = {}
             for q in dump:
-                tc = gate_class(q.handle >> 16)
-                if q.ifindex == self.ifindex and q.kind == "tbf" and tc is not None:
+                tc = q.tc
+                if q.ifindex == self.ifindex and tc is not None:
                     d, b, n = self._base[tc]
                     out_fast[tc] = ClassStats(q.backlog, q.qlen, d + q.drops, b + q.bytes,
                                               n + q.packets)

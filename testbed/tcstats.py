@@ -13,7 +13,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from testbed.constants import NUM_TCS, gate_major
+from testbed.constants import NUM_TCS, gate_class, gate_major
 
 NETLINK_ROUTE = 0
 RTM_GETQDISC = 38
@@ -45,6 +45,12 @@ class QdiscStats:
     backlog: int
     drops: int
     rate_bps: int = 0  # tbf only: its configured rate
+
+    @property
+    def tc(self) -> int | None:
+        """The traffic class whose gate (a tbf under the port's htb) this is; None for any
+        other qdisc. The one reading of a dump entry the agent and a run's counters share."""
+        return gate_class(self.handle >> 16) if self.kind == "tbf" else None
 
 
 def _attrs(buf: bytes, off: int, end: int):
