@@ -352,7 +352,7 @@ def markdown(results: list[dict], costs: dict, trials: list[dict],
         lines.append(f"| {b} | {c['full_pps']} / {c['plain_pps']} ({c['ratio']}) | "
                      f"{_instructions(c)} | {c['agent_cpu_idle_cores']:.1%} / "
                      f"{c['agent_cpu_incast_cores']:.1%} of a core | "
-                     f"{statistics.median(per_pkt) if per_pkt else '-'} us |")
+                     f"{f'{statistics.median(per_pkt):.1f}' if per_pkt else '-'} us |")
     return "\n".join(lines) + "\n"
 
 

@@ -44,6 +44,11 @@ def test_the_table_puts_the_earlier_runs_capacity_on_every_check_beside_this_one
     md = capacity.markdown(now, costs, [], before)
     assert ("| default | 5000 / 8000 (0.625) | 536,304 / 308,708 (0.576) | 6.0% / 25.0% of a "
             "core | - us |") in md
+    # the median of an even count of figures is their mean: shown to the figures' 0.1 us
+    trials = [{"build": "default", "passed": True, "figures": {"endpoint_cpu_us_per_pkt": v}}
+              for v in (220.7, 222.1)]
+    md = capacity.markdown(now, costs, trials, before)
+    assert "of a core | 221.4 us |" in md
 
 
 def test_scenario_rates_counts_faithful_runs_and_spans_the_guards_figures() -> None:
