@@ -182,6 +182,35 @@ def test_buffer_limit_drops_visibly() -> None:
     assert st.backlog_bytes <= 5 * FRAME
 
 
+def test_released_bytes_keep_what_the_watchdog_dropped_when_small_frames_follow() -> None:
+    """The bytes a class released (sent or dropped), which a resync tick subtracts from the
+    bytes the P4 program admitted: the watchdog's purge counts its backlog's bytes exactly,
+    drops at enqueue are costed when counted, and small frames sent afterwards do not re-cost
+    them (that made an empty queue read 180 KB full after a deadlock was broken)."""
+    with port(80.0) as (ns, gates):
+        send(ns, [[26, 5, FRAME, 0]])  # sent: the class's frames are FRAME bytes
+        time.sleep(0.1)
+        gates.close(3)
+        wait_gate(gates, 3, True)
+        send(ns, [[26, 10, FRAME, 10]])  # held (but what the closing gate leaks)
+        time.sleep(0.1)
+        held = gates.stats()[3]
+        assert held.backlog_packets >= 8 and held.drops == 0
+        gates.drop_all(3)  # the watchdog: the backlog is purged...
+        send(ns, [[26, 6, FRAME, 20]])  # ...and what arrives is dropped
+        time.sleep(0.1)
+        dropping = gates.stats()[3]  # the agent reads the gates every tick and sample
+        assert dropping.drops == held.drops + held.backlog_packets + 6
+        assert dropping.released_bytes == 21 * FRAME
+        gates.restore(3)
+        send(ns, [[26, 200, 100, 100]])  # small frames, sent
+        time.sleep(0.2)
+        after = gates.stats()[3]
+    assert after.sent_packets == dropping.sent_packets + 200, after
+    assert after.drops == dropping.drops
+    assert after.released_bytes == 21 * FRAME + 200 * 100, after
+
+
 def test_strict_priority_under_overload() -> None:
     with port(10.0) as (ns, _gates):
         rx = receive(ns, 1.5)

@@ -21,10 +21,9 @@ per switch; each is written by :func:`agent_config`.
 """
 
 from testbed.agent.config import AgentConfig, AgentPort, agent_config
-from testbed.agent.frames import pfc_socket, released_bytes, tick_frame
+from testbed.agent.frames import pfc_socket, tick_frame
 from testbed.agent.pause import PauseState, PortRuntime, WatchdogState
 from testbed.agent.switch import SwitchAgent, main
 
 __all__ = ["AgentConfig", "AgentPort", "PauseState", "PortRuntime", "SwitchAgent",
-           "WatchdogState", "agent_config", "main", "pfc_socket", "released_bytes",
-           "tick_frame"]
+           "WatchdogState", "agent_config", "main", "pfc_socket", "tick_frame"]

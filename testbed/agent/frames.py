@@ -16,7 +16,6 @@ from testbed.constants import (
     PACKET_OUTGOING,
     TICK_SENT_UNKNOWN,
 )
-from testbed.ports import ClassStats
 
 SO_ATTACH_FILTER = 26
 #: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808, drop the rest.
@@ -43,15 +42,6 @@ def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
     body = TICK_BODY.pack(port, tc, min(backlog, 0xFFFFFFFF), sent)
     f = TICK_DST + src + struct.pack("!H", ETH_P_TICK) + body
     return f + b"\x00" * (60 - len(f))
-
-
-def released_bytes(st: ClassStats, max_frame: int) -> int:
-    """Bytes a kernel queue has let go of: sent, plus dropped. The kernel counts drops in
-    packets only; they are costed at the class's mean frame size (the largest frame before it
-    has sent any), which errs by a fraction of a frame per drop in a class where a drop is
-    already a failure the run reports."""
-    mean = st.sent_bytes // st.sent_packets if st.sent_packets else max_frame
-    return st.sent_bytes + st.drops * mean
 
 
 def pfc_socket(ifname: str) -> socket.socket:

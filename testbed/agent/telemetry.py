@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import cached_property
 
 from testbed.agent.config import AgentConfig
-from testbed.agent.frames import released_bytes, tick_frame
+from testbed.agent.frames import tick_frame
 from testbed.agent.pause import PortRuntime
 from testbed.agent.registers import RegisterReader
 from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS, TICK_TIMER_ONLY, gate_major
@@ -96,7 +96,7 @@ class TelemetryMixin:
                     self.hot.add(key)
                 else:
                     self.hot.discard(key)
-                released = released_bytes(st, self.cfg.max_frame) if st else None
+                released = st.released_bytes if st else None
                 self.tick_sock.send(tick_frame(self.cfg.tick_src_mac, n, tc, backlog,
                                                released))
                 self.stats["ticks"] += 1
