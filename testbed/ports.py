@@ -135,14 +135,15 @@ class ClassStats:
     sent_bytes: int
     sent_packets: int
     #: Bytes the class's queue dropped, as far as known: the kernel counts drops in packets
-    #: only (PortGates estimates them when it counts them).
-    dropped_bytes: int = 0
+    #: only (PortGates estimates them when it counts them). None: not known at all (while the
+    #: watchdog drops whatever comes, until :meth:`PortGates.rebase`).
+    dropped_bytes: int | None = 0
 
     @property
-    def released_bytes(self) -> int:
+    def released_bytes(self) -> int | None:
         """Bytes the queue has let go of, sent or dropped: what a resync tick subtracts from
-        the bytes the P4 program admitted to find the queue's occupancy."""
-        return self.sent_bytes + self.dropped_bytes
+        the bytes the P4 program admitted to find the queue's occupancy (None: unknown)."""
+        return None if self.dropped_bytes is None else self.sent_bytes + self.dropped_bytes
 
 
 class PortGates:
@@ -187,8 +188,11 @@ class PortGates:
         # starts its counters from zero), so stats() stays cumulative; purged packets count
         # as drops.
         self._base = [(0, 0, 0)] * NUM_TCS  # (drops, sent_bytes, sent_packets)
-        # Per class: the drops costed in bytes so far, and how many drops that covers.
-        self._dropped = [(0, 0)] * NUM_TCS  # (drops, bytes)
+        # Per class: the drops costed in bytes so far, and how many drops that covers; bytes
+        # None while the watchdog drops whatever comes (drop_all to rebase).
+        self._dropped: list[tuple[int, int | None]] = [(0, 0)] * NUM_TCS  # (drops, bytes)
+        # Per class: the mean size of the frames its queue last held (0: it never held one).
+        self._queued_mean = [0] * NUM_TCS
 
     def _request(self, message: bytes, what: str) -> None:
         """Carry out one request; a refusal (the port was deleted, say) goes to stderr, the
@@ -238,13 +242,21 @@ class PortGates:
         now = self.stats().get(tc)
         if now is not None:
             self._base[tc] = (now.drops + now.backlog_packets, now.sent_bytes, now.sent_packets)
-            # the purged backlog's bytes are known exactly
-            self._dropped[tc] = (now.drops + now.backlog_packets,
-                                 now.dropped_bytes + now.backlog_bytes)
+        # Every frame that comes from now on is dropped, and the kernel counts them in packets
+        # alone: their bytes are not known until rebase() is told what the P4 program admitted.
+        self._dropped[tc] = (self._dropped[tc][0], None)
         self._request(delete_request(self.ifindex, gate_parent(tc), gate_handle(tc)),
                       f"qdisc del of the class {tc} gate")
         self._gate("add", tc, limit=1)
         self.closed[tc] = False
+
+    def rebase(self, tc: int, released: int) -> None:
+        """The class has let go of ``released`` bytes so far (modulo 2^32, as the P4 program
+        counts what it admitted): its dropped bytes are what that leaves beside those sent.
+        After the watchdog's drop action, from the bytes the program admitted less the
+        backlog: the frames dropped meanwhile were of any size."""
+        now = self.stats()[tc]
+        self._dropped[tc] = (now.drops, (released - now.sent_bytes) & 0xFFFFFFFF)
 
     def restore(self, tc: int) -> None:
         """Back to the normal open gate with the class buffer."""
@@ -294,16 +306,23 @@ class PortGates:
 
     def _class(self, tc: int, backlog: int, qlen: int, drops: int, sent_bytes: int,
                sent_packets: int) -> ClassStats:
-        """A class's statistics, its new drops costed in bytes as they are counted: at the
-        mean size of the frames the class has sent (the largest frame before it sent any).
-        Costed once, not at each reading: a resync tick's occupancy is the P4 program's bytes
-        admitted minus the bytes released, and when the watchdog dropped 300 data frames and
-        the queue then sent small frames, drops costed at the mean of the moment gave back
-        180 KB of occupancy that was never there (the phantom then stood that far "below" a
-        queue that was empty, deadlock-watchdog-on at 10 Mbit/s)."""
+        """A class's statistics, its new drops costed in bytes once, as they are counted.
+
+        A resync tick's occupancy is the P4 program's bytes admitted minus the bytes the queue
+        released, so a drop costed wrong stays in it for the rest of the run. A queue drops
+        the frames that find it full (or, under the watchdog's drop action, every frame that
+        comes), which are like the frames it holds: a drop is costed at the mean size of the
+        frames the queue held at the last reading that found any, else at the mean of those
+        it sent (the largest frame before it sent any). Costed at the mean of every frame
+        sent, and again at each reading: when the watchdog had dropped 300 data frames and
+        the class then sent ACKs, the occupancy grew by 180 KB that were never there (the
+        phantom read 64 KB "below" an empty queue, deadlock-watchdog-on at 10 Mbit/s)."""
+        if qlen:
+            self._queued_mean[tc] = backlog // qlen
         seen, dropped = self._dropped[tc]
-        if drops > seen:
-            mean = sent_bytes // sent_packets if sent_packets else self.spec.max_frame
+        if dropped is not None and drops > seen:
+            mean = self._queued_mean[tc] or (sent_bytes // sent_packets if sent_packets
+                                             else self.spec.max_frame)
             dropped += (drops - seen) * mean
             self._dropped[tc] = (drops, dropped)
         return ClassStats(backlog, qlen, drops, sent_bytes, sent_packets, dropped)

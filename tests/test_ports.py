@@ -182,33 +182,53 @@ def test_buffer_limit_drops_visibly() -> None:
     assert st.backlog_bytes <= 5 * FRAME
 
 
-def test_released_bytes_keep_what_the_watchdog_dropped_when_small_frames_follow() -> None:
+def test_drops_are_costed_once_at_the_size_of_the_frames_the_queue_held() -> None:
     """The bytes a class released (sent or dropped), which a resync tick subtracts from the
-    bytes the P4 program admitted: the watchdog's purge counts its backlog's bytes exactly,
-    drops at enqueue are costed when counted, and small frames sent afterwards do not re-cost
-    them (that made an empty queue read 180 KB full after a deadlock was broken)."""
-    with port(80.0) as (ns, gates):
-        send(ns, [[26, 5, FRAME, 0]])  # sent: the class's frames are FRAME bytes
+    bytes the P4 program admitted: a drop is costed when counted, at the mean size of the
+    frames the queue held, and small frames sent afterwards do not cost it again (costed at
+    each reading, an empty queue read 180 KB full once a class had dropped data frames and
+    then sent ACKs)."""
+    with port(80.0, buffers=5 * FRAME) as (ns, gates):
+        send(ns, [[26, 50, 100, 0]])  # small frames sent first: not what the queue drops
         time.sleep(0.1)
         gates.close(3)
         wait_gate(gates, 3, True)
-        send(ns, [[26, 10, FRAME, 10]])  # held (but what the closing gate leaks)
+        send(ns, [[26, 20, FRAME, 100]])  # five held, a couple leaked, the rest dropped
         time.sleep(0.1)
-        held = gates.stats()[3]
-        assert held.backlog_packets >= 8 and held.drops == 0
-        gates.drop_all(3)  # the watchdog: the backlog is purged...
-        send(ns, [[26, 6, FRAME, 20]])  # ...and what arrives is dropped
-        time.sleep(0.1)
-        dropping = gates.stats()[3]  # the agent reads the gates every tick and sample
-        assert dropping.drops == held.drops + held.backlog_packets + 6
-        assert dropping.released_bytes == 21 * FRAME
-        gates.restore(3)
-        send(ns, [[26, 200, 100, 100]])  # small frames, sent
+        full = gates.stats()[3]  # the agent reads the gates every tick and sample
+        assert full.drops >= 10 and full.backlog_packets >= 4
+        assert full.released_bytes == 50 * 100 + (20 - full.backlog_packets) * FRAME
+        gates.open(3)
+        send(ns, [[26, 200, 100, 200]])  # small frames, sent
         time.sleep(0.2)
         after = gates.stats()[3]
-    assert after.sent_packets == dropping.sent_packets + 200, after
-    assert after.drops == dropping.drops
-    assert after.released_bytes == 21 * FRAME + 200 * 100, after
+    assert after.backlog_packets == 0 and after.drops == full.drops, after
+    assert after.released_bytes == 50 * 100 + 20 * FRAME + 200 * 100, after
+
+
+def test_the_watchdogs_drops_are_counted_from_what_the_program_admitted() -> None:
+    """While the watchdog drops whatever comes, the frames' bytes are unknown (the kernel
+    counts packets): the released bytes say so (None), and the agent rebases them at restore
+    from the bytes the P4 program admitted (here: what was offered) less the backlog."""
+    with port(80.0) as (ns, gates):
+        send(ns, [[26, 5, FRAME, 0]])
+        time.sleep(0.1)
+        gates.close(3)
+        wait_gate(gates, 3, True)
+        send(ns, [[26, 10, FRAME, 10]])
+        time.sleep(0.1)
+        gates.drop_all(3)  # the watchdog: the backlog is purged...
+        send(ns, [[26, 6, FRAME, 20], [26, 30, 300, 30]])  # ...and what arrives is dropped
+        time.sleep(0.1)
+        dropping = gates.stats()[3]
+        assert dropping.released_bytes is None and dropping.backlog_packets == 0
+        gates.restore(3)
+        gates.rebase(3, 21 * FRAME + 30 * 300 - gates.stats()[3].backlog_bytes)
+        send(ns, [[26, 200, 100, 100]])
+        time.sleep(0.2)
+        after = gates.stats()[3]
+    assert after.drops == dropping.drops and after.backlog_packets == 0, after
+    assert after.released_bytes == 21 * FRAME + 30 * 300 + 200 * 100, after
 
 
 def test_strict_priority_under_overload() -> None:

@@ -102,22 +102,26 @@ class P4Registers:
                 self._client.close()
         self._client = None
 
-    def set_pfc_ignored(self, port: int, tc: int, ignore: bool) -> None:
+    def set_pfc_ignored(self, port: int, tc: int, ignore: bool) -> int | None:
         """Tell the P4 program whether the watchdog has (port, class) ignore PFC: while it
         does, the phantom must keep draining, or the program would XOFF upstream on the storm's
-        account and spread it (secondary storms)."""
+        account and spread it (secondary storms). Returns the bytes the program has admitted
+        to the queue so far (modulo 2^32), read in the same round trip; None if BMv2 did not
+        answer."""
         idx = port_tc_cell(port, tc)
         calls: list[Call] = [("bm_register_write", (0, "pfc_ignored", idx, int(ignore)))]
         if ignore:
             calls.append(("bm_register_write", (0, "paused_until", idx, 0)))
+        calls.append(("bm_register_read", (0, "admitted", idx)))
         try:
             bm = self.connection()
             if bm is None:
-                return
-            bm.batch(calls)
+                return None
+            return bm.batch(calls)[-1]
         except Exception as exc:  # BMv2 gone: nothing left to tell
             self.drop()
             print(f"{self.switch}: pfc_ignored[{idx}] not written: {exc}", file=sys.stderr)
+            return None
 
 
 class RegisterReader:

@@ -100,7 +100,16 @@ class WatchdogMixin:
         if act.action == "drop":
             pr.gates.restore(act.tc)
         if act.action in ("drop", "forward"):
-            self.p4.set_pfc_ignored(act.port, act.tc, False)
+            admitted = self.p4.set_pfc_ignored(act.port, act.tc, False)
+            if act.action == "drop" and admitted is not None:
+                # What the program admitted is now sent, dropped, or in the (restored) queue:
+                # the resync ticks count the dropped frames' bytes from here on. Off by what
+                # BMv2 held at this instant (counted as dropped, then sent), the floor a
+                # resync keeps at the kernel's backlog covers it. Without an answer the ticks
+                # go on without the released bytes: the backlog alone.
+                st = pr.gates.stats().get(act.tc)
+                if st is not None:
+                    pr.gates.rebase(act.tc, admitted - st.backlog_bytes)
         self._event(pr, act.tc, "storm_restored", 0, None, act.detail)
 
     def _write_state(self) -> None:
