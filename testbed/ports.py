@@ -310,10 +310,11 @@ class PortGates:
 
         A resync tick's occupancy is the P4 program's bytes admitted minus the bytes the queue
         released, so a drop costed wrong stays in it for the rest of the run. A queue drops
-        the frames that find it full (or, under the watchdog's drop action, every frame that
-        comes), which are like the frames it holds: a drop is costed at the mean size of the
-        frames the queue held at the last reading that found any, else at the mean of those
-        it sent (the largest frame before it sent any). Costed at the mean of every frame
+        the frames that find it full, which are like the frames it holds: a drop is costed at
+        the mean size of the frames the queue held at the last reading that found any, else
+        at the mean of those it sent (the largest frame before it sent any). The watchdog's
+        drop action, which drops whatever comes, is counted by :meth:`rebase` instead.
+        Costed at the mean of every frame
         sent, and again at each reading: when the watchdog had dropped 300 data frames and
         the class then sent ACKs, the occupancy grew by 180 KB that were never there (the
         phantom read 64 KB "below" an empty queue, deadlock-watchdog-on at 10 Mbit/s)."""

@@ -104,9 +104,10 @@ class WatchdogMixin:
             if act.action == "drop" and admitted is not None:
                 # What the program admitted is now sent, dropped, or in the (restored) queue:
                 # the resync ticks count the dropped frames' bytes from here on. Off by what
-                # BMv2 held at this instant (counted as dropped, then sent), the floor a
-                # resync keeps at the kernel's backlog covers it. Without an answer the ticks
-                # go on without the released bytes: the backlog alone.
+                # BMv2 held at this instant (counted as dropped, then sent), by which the
+                # occupancy is then understated; a resync never sets the phantom below the
+                # kernel's backlog. Without an answer the ticks go on without the released
+                # bytes: the backlog alone.
                 st = pr.gates.stats().get(act.tc)
                 if st is not None:
                     pr.gates.rebase(act.tc, admitted - st.backlog_bytes)
