@@ -287,6 +287,7 @@ control RoceLossless(inout headers_t hdr,
                         xoff_sent_at.write(p_idx, NOW);
                         meta.pfc_tc = meta.tc;
                         meta.pfc_quanta = q_pause_quanta;
+                        meta.pfc_cause = (bit<16>) q_idx;
                         pfc_xoff_triggered.count(p_idx);
                         clone_preserving_field_list(CloneType.I2E,
                                                     (bit<32>) std_meta.ingress_port, FL_PFC);
@@ -330,6 +331,7 @@ control RoceLossless(inout headers_t hdr,
             paused_by.read(ports, q_idx);
             meta.pfc_ports = ports;
             meta.pfc_tc = (tc_t) hdr.tick.tc;
+            meta.pfc_cause = (bit<16>) q_idx;
             if (ports == 0 || tick_valid == 0) {
                 mark_to_drop(std_meta);
             } else if (level <= q_xon) {
@@ -398,6 +400,8 @@ control RocePfcEgress(inout headers_t hdr,
             hdr.pfc.setValid();
             hdr.pfc.opcode = MAC_CONTROL_PFC;
             hdr.pfc.class_enable = (bit<16>) 1 << (bit<8>) meta.pfc_tc;
+            hdr.pfc_cause.setValid();
+            hdr.pfc_cause.queue = meta.pfc_cause;
             hdr.pfc.time0 = 0;
             hdr.pfc.time1 = 0;
             hdr.pfc.time2 = 0;

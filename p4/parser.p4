@@ -75,6 +75,7 @@ control RoceDeparser(packet_out pkt, in headers_t hdr) {
     apply {
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.pfc);
+        pkt.emit(hdr.pfc_cause);
         pkt.emit(hdr.tick);
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.udp);

@@ -87,3 +87,24 @@ def test_ticks_last_while_any_port_holds_a_pause_of_the_class_and_never_for_loss
     assert a.timer_ticks() == [(1, 3), (2, 3)]
     a.on_own_pfc(a.ports[2], {3: 0})
     assert a.timer_ticks() == []
+
+
+def test_an_xoff_that_names_its_queue_makes_that_queue_alone_hot() -> None:
+    """The program writes in each PFC frame it makes the queue on whose account (its pad
+    bytes, p4/headers.p4's pfc_cause_h): the agent ticks that queue, not every port's queue of
+    the class; a frame that names no queue of ours falls back to every port."""
+    from testbed.agent.frames import pfc_cause
+    from testbed.constants import NUM_TCS
+    from traffic.packets import pfc_frame
+
+    frame = pfc_frame("02:00:00:00:00:01", {3: 100})
+    named = frame[:34] + (2 * NUM_TCS + 3).to_bytes(2, "big") + frame[36:]
+    assert pfc_cause(named) == (2, 3) and pfc_cause(frame[:35]) is None
+    a = _Agent()
+    a.on_own_pfc(a.ports[1], {3: 100}, pfc_cause(named))
+    assert a.hot == {(2, 3)}
+    assert a.timer_ticks() == [(2, 3)]
+    for cause in (None, (7, 3), (1, 0)):  # none, a port we lack, another class
+        b = _Agent()
+        b.on_own_pfc(b.ports[1], {3: 100}, cause)
+        assert b.hot == {(1, 3), (2, 3)}, cause

@@ -13,9 +13,11 @@ from testbed.constants import (
     ETH_P_ALL,
     ETH_P_MAC_CONTROL,
     ETH_P_TICK,
+    NUM_TCS,
     PACKET_OUTGOING,
     TICK_SENT_UNKNOWN,
 )
+from traffic.packets import PFC_BODY
 
 SO_ATTACH_FILTER = 26
 #: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808, drop the rest.
@@ -42,6 +44,22 @@ def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
     body = TICK_BODY.pack(port, tc, min(backlog, 0xFFFFFFFF), sent)
     f = TICK_DST + src + struct.pack("!H", ETH_P_TICK) + body
     return f + b"\x00" * (60 - len(f))
+
+
+#: Where a PFC frame our switch sends says on whose account (p4/headers.p4's pfc_cause_h):
+#: after the Ethernet header and the opcode, class vector and eight pause times.
+PFC_CAUSE = struct.Struct("!H")
+PFC_CAUSE_OFFSET = 14 + PFC_BODY.size
+
+
+def pfc_cause(frame: bytes) -> tuple[int, int] | None:
+    """The (port, class) of the egress queue on whose account our switch sent this PFC frame,
+    or None for a frame too short to say. Only frames our own P4 program made carry it: a
+    neighbour's pad bytes mean nothing."""
+    if len(frame) < PFC_CAUSE_OFFSET + PFC_CAUSE.size:
+        return None
+    (cell,) = PFC_CAUSE.unpack_from(frame, PFC_CAUSE_OFFSET)
+    return divmod(cell, NUM_TCS)
 
 
 def pfc_socket(ifname: str) -> socket.socket:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.agent.config import AgentConfig
-from testbed.agent.frames import pfc_socket, receive
+from testbed.agent.frames import pfc_cause, pfc_socket, receive
 from testbed.agent.pause import PauseMixin, PortRuntime
 from testbed.agent.registers import P4Registers, RegisterReader
 from testbed.agent.schedule import Periodic, offset_slots, window
@@ -130,7 +130,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
             classes = parse_pfc(data)
             if outgoing:  # our switch paused or resumed a neighbour
                 if classes:
-                    self.on_own_pfc(pr, classes)
+                    self.on_own_pfc(pr, classes, pfc_cause(data))
                     self.ticks.at_once(self.clock())  # tick at once
                 continue
             if classes:

@@ -366,7 +366,11 @@ class EcnMarkingFollowsRed(RoceSwitchTest):
         print("ECN operating points (backlog, expected, measured):", results)
 
 
-def expect_pfc(test: RoceSwitchTest, port: int, quanta: int):
+def expect_pfc(test: RoceSwitchTest, port: int, quanta: int, cause=(SLOW_PORT, 3)):
+    """The PFC frame for class 3 on ``port``, which names the queue (port, class) on whose
+    account it was sent, where the switch agent reads it (testbed.agent.frames.pfc_cause)."""
+    from testbed.agent.frames import pfc_cause
+
     res = tu.dp_poll(test, device_number=0, port_number=port, timeout=2)
     assert isinstance(res, test.dataplane.PollSuccess), f"no PFC frame on port {port}"
     f = Ether(res.packet)
@@ -375,6 +379,7 @@ def expect_pfc(test: RoceSwitchTest, port: int, quanta: int):
     assert c.c3_enabled == 1 and c.c3_pause_time == quanta, c.show(dump=True)
     assert c.c0_enabled == 0 and c.c6_enabled == 0
     assert f.src == SW_MAC[port]
+    assert pfc_cause(res.packet) == cause, res.packet.hex()
     return res.packet
 
 
