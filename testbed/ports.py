@@ -314,10 +314,10 @@ class PortGates:
         the mean size of the frames the queue held at the last reading that found any, else
         at the mean of those it sent (the largest frame before it sent any). The watchdog's
         drop action, which drops whatever comes, is counted by :meth:`rebase` instead.
-        Costed at the mean of every frame
-        sent, and again at each reading: when the watchdog had dropped 300 data frames and
-        the class then sent ACKs, the occupancy grew by 180 KB that were never there (the
-        phantom read 64 KB "below" an empty queue, deadlock-watchdog-on at 10 Mbit/s)."""
+        Costed at the mean of every frame sent, and again at each reading: when the watchdog
+        had dropped 300 data frames and the class then sent ACKs, the occupancy grew by 172 KB
+        that were never there (the phantom read 64 KB "below" an empty queue,
+        deadlock-watchdog-on at 10 Mbit/s)."""
         if qlen:
             self._queued_mean[tc] = backlog // qlen
         seen, dropped = self._dropped[tc]
