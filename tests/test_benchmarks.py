@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import capacity  # noqa: E402
+import gate_lead  # noqa: E402
 
 
 def test_search_doubles_while_it_passes_then_bisects() -> None:
@@ -118,3 +119,11 @@ def test_all_to_all_is_every_host_to_every_other() -> None:
     assert len(pairs) == len(set(pairs)) == hosts * (hosts - 1)
     assert all(s != d for s, d in pairs)
     assert {s for s, _d in pairs} == {d for _s, d in pairs} == {f"h{i}" for i in range(1, 9)}
+
+
+def test_a_pause_that_sends_only_the_link_rate_and_the_leak_is_no_excess() -> None:
+    """gate_lead's measure: 10 ms open at 8 Mbit/s is 10,000 bytes; a 1,000-byte leak a
+    pause is what the phantom already drains."""
+    assert gate_lead.excess_per_pause(4 * 11_000, 0.040, 8.0, 4, 1000) == pytest.approx(0)
+    # each pause sent 1,600 bytes more (htb's bucket): that is the excess
+    assert gate_lead.excess_per_pause(4 * 12_600, 0.040, 8.0, 4, 1000) == pytest.approx(1600)
