@@ -12,8 +12,9 @@ at the reopening the class sends what they hold at once, then a frame whenever i
 not negative, so up to a frame more than the link rate would have.
 
 The port is the product's (``testbed.ports``: htb, a tbf gate per class), on a veth in a fresh
-namespace, with a backlog of full-size RoCE frames in class 3; the gate is opened and closed
-``--cycles`` times and the class's sent bytes are read from the kernel.
+namespace, with a backlog of full-size RoCE data frames (a write's middle packets, as the
+capacity benchmark's flows send) in class 3; the gate is opened and closed ``--cycles`` times
+and the class's sent bytes are read from the kernel.
 
 Run as root: sudo .venv/bin/python benchmarks/gate_lead.py [--reps 3]
 Writes gate_lead.json and gate_lead.md to benchmarks/out.
@@ -26,7 +27,6 @@ import contextlib
 import json
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -38,9 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.netns import inside  # noqa: E402
 from testbed.ports import HTB_BURST_BYTES, PortGates, PortSpec, scheduler_commands  # noqa: E402
-from testbed.qos import gate_leak_roce_bytes, max_frame_bytes, roce_frame_bytes  # noqa: E402
+from testbed.qos import gate_leak_roce_bytes, max_frame_bytes, roce_mtu  # noqa: E402
+from traffic.packets import DSCP_ROCE, WRITE_MIDDLE, RoceFrameBuilder  # noqa: E402
 
-TC, DSCP = 3, 26
+TC = 3  # the class RoCE's DSCP maps to by default
 #: (link Mbit/s, interface MTU): 1 KB and 4 KB RoCE frames at the rates capacity.py tries.
 POINTS = ((7.5, 1500), (10, 1500), (20, 1500), (10, 9000), (20, 9000), (40, 9000))
 
@@ -62,7 +63,7 @@ def gated_port(rate_mbps: float, mtu: int) -> Iterator[tuple[str, PortGates]]:
                     ["link", "set", "dev", "pa", "mtu", str(mtu), "up"],
                     ["link", "set", "dev", "pb", "mtu", str(mtu), "up"]):
             subprocess.run(["ip", "-n", ns, *cmd], check=True)
-        spec = PortSpec("pa", rate_mbps, (4_000_000,) * 8, ((DSCP, TC),),
+        spec = PortSpec("pa", rate_mbps, (4_000_000,) * 8, ((DSCP_ROCE, TC),),
                         max_frame=max_frame_bytes(mtu))
         subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], check=True, text=True,
                        input="\n".join(scheduler_commands(spec)) + "\n")
@@ -75,16 +76,16 @@ def gated_port(rate_mbps: float, mtu: int) -> Iterator[tuple[str, PortGates]]:
         subprocess.run(["ip", "netns", "del", ns], check=True)
 
 
-def frame(size: int) -> bytes:
-    """An IPv4 frame of ``size`` bytes in class 3 (DSCP 26), as a RoCE data frame is."""
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, DSCP << 2, size - 14, 0, 0, 64, 17, 0, bytes(4),
-                     bytes(4))
-    f = b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip
-    return f + bytes(size - len(f))
+def data_frame(mtu: int) -> bytes:
+    """A full-size RoCE write's middle packet at this interface MTU, as an endpoint sends it."""
+    builder = RoceFrameBuilder("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2",
+                               50000)
+    return builder.frame(WRITE_MIDDLE, 0x100, 0, bytes(roce_mtu(mtu)))
 
 
 def measure(rate_mbps: float, mtu: int, cycles: int, open_s: float, closed_s: float) -> dict:
-    size = roce_frame_bytes(mtu)
+    f = data_frame(mtu)
+    size = len(f)
     need = int(rate_mbps * 1e6 / 8 * open_s * cycles * 1.5) + 20 * size  # never runs dry
     with gated_port(rate_mbps, mtu) as (ns, gates):
         gates.close(TC)
@@ -92,7 +93,6 @@ def measure(rate_mbps: float, mtu: int, cycles: int, open_s: float, closed_s: fl
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
         s.bind(("pa", 0))
-        f = frame(size)
         for _ in range(need // size + 1):
             s.send(f)
         s.close()
@@ -112,7 +112,8 @@ def measure(rate_mbps: float, mtu: int, cycles: int, open_s: float, closed_s: fl
             opened += (c + d) / 2 - (a + b) / 2
             time.sleep(closed_s)
         after = gates.stats()[TC]
-    assert after.backlog_packets > 0, "the backlog ran dry: the excess would be understated"
+    if after.backlog_packets == 0:
+        raise RuntimeError("the backlog ran dry: the excess would be understated")
     sent = after.sent_bytes - before.sent_bytes
     leak = gate_leak_roce_bytes(mtu)
     excess = excess_per_pause(sent, opened, rate_mbps, cycles, leak)
