@@ -353,7 +353,30 @@ def markdown(results: list[dict], costs: dict, trials: list[dict],
                      f"{_instructions(c)} | {c['agent_cpu_idle_cores']:.1%} / "
                      f"{c['agent_cpu_incast_cores']:.1%} of a core | "
                      f"{f'{statistics.median(per_pkt):.1f}' if per_pkt else '-'} us |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["", *guard_flags(trials)]) + "\n"
+
+
+def guard_flags(trials: list[dict]) -> list[str]:
+    """The passing trials the run's own fidelity guard flagged (README: Is a run faithful?),
+    per load, frames and build: a pass is decided on the incast test's checks, and the guard's
+    verdict is recorded beside it, not left in the JSON."""
+    flagged: dict[tuple[str, int, str], list[float]] = {}
+    passing: dict[tuple[str, int, str], int] = {}
+    for t in trials:
+        if not t["passed"]:
+            continue
+        key = (t["shape"], t["mtu"], t["build"])
+        passing[key] = passing.get(key, 0) + 1
+        if t["figures"].get("fidelity_ok") is False:
+            flagged.setdefault(key, []).append(t["rate_mbps"])
+    if not flagged:
+        return ["The runs' own fidelity guard flagged none of the passing trials."]
+    lines = ["Passing trials the runs' own fidelity guard flagged (their summary.json says why):"]
+    for (shape, mtu, build), rates in flagged.items():
+        at = ", ".join(f"{r:g}" for r in sorted(set(rates)))
+        lines.append(f"- {shape}, {FRAMES.get(mtu, f'MTU {mtu}')}, {build} build: "
+                     f"{len(rates)} of {passing[(shape, mtu, build)]} (at {at} Mbit/s)")
+    return lines
 
 
 def _rate(mbps: float | None, r: dict) -> str:
@@ -384,6 +407,7 @@ def main() -> None:
                     "capacity.json (with --before) to --out")
     args = ap.parse_args()
     before = json.loads(args.before.read_text())["results"] if args.before else None
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.redraw:
         saved = json.loads(args.redraw.read_text())
         md = markdown(saved["results"], saved["costs"], saved["trials"], before)
@@ -393,7 +417,6 @@ def main() -> None:
     from testbed.run import interrupt_on_sigterm
 
     interrupt_on_sigterm()  # a stopped benchmark tears its fabric down, as Ctrl-C does
-    args.out.mkdir(parents=True, exist_ok=True)
     builds = args.builds.split(",")
     costs = {b: _costs(b, not args.no_instructions, args.realtime_priority) for b in builds}
     print(json.dumps(costs, indent=2), flush=True)

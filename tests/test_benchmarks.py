@@ -46,7 +46,8 @@ def test_the_table_puts_the_earlier_runs_capacity_on_every_check_beside_this_one
     assert ("| default | 5000 / 8000 (0.625) | 536,304 / 308,708 (0.576) | 6.0% / 25.0% of a "
             "core | - us |") in md
     # the median of an even count of figures is their mean: shown to the figures' 0.1 us
-    trials = [{"build": "default", "passed": True, "figures": {"endpoint_cpu_us_per_pkt": v}}
+    trials = [{"shape": shape, "mtu": 9000, "build": "default", "rate_mbps": 10,
+               "passed": True, "figures": {"endpoint_cpu_us_per_pkt": v}}
               for v in (220.7, 222.1)]
     md = capacity.markdown(now, costs, trials, before)
     assert "of a core | 221.4 us |" in md
@@ -127,3 +128,25 @@ def test_a_pause_that_sends_only_the_link_rate_and_the_leak_is_no_excess() -> No
     assert gate_lead.excess_per_pause(4 * 11_000, 0.040, 8.0, 4, 1000) == pytest.approx(0)
     # each pause sent 1,600 bytes more (htb's bucket): that is the excess
     assert gate_lead.excess_per_pause(4 * 12_600, 0.040, 8.0, 4, 1000) == pytest.approx(1600)
+
+
+def _trial(rate: float, passed: bool, fidelity_ok: bool | None, build: str = "default") -> dict:
+    return {"shape": "6:1 on 2x4x2", "mtu": 1500, "build": build, "run": 0, "rate_mbps": rate,
+            "passed": passed, "failed": [] if passed else ["drift_p99"],
+            "figures": {"fidelity_ok": fidelity_ok}}
+
+
+def test_the_table_says_which_passing_trials_the_fidelity_guard_flagged() -> None:
+    """A rate passes on the incast test's checks; a passing trial the run's own fidelity guard
+    flagged is named under the table, not left in the JSON alone. Failing trials are not
+    counted."""
+    trials = [_trial(5, True, True), _trial(5, True, False), _trial(7.5, True, False),
+              _trial(7.5, True, True), _trial(10, False, False), _trial(5, True, True, "fast")]
+    assert capacity.guard_flags(trials) == [
+        "Passing trials the runs' own fidelity guard flagged (their summary.json says why):",
+        "- 6:1 on 2x4x2, 1 KB frames, default build: 2 of 4 (at 5, 7.5 Mbit/s)"]
+    md = capacity.markdown([], {}, trials)
+    assert "- 6:1 on 2x4x2, 1 KB frames, default build: 2 of 4 (at 5, 7.5 Mbit/s)" in md
+    quiet = [_trial(5, True, True), _trial(10, False, False)]
+    assert capacity.guard_flags(quiet) == [
+        "The runs' own fidelity guard flagged none of the passing trials."]
