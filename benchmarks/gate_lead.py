@@ -6,10 +6,11 @@ Why: the phantom drains at the link rate while the class is not paused, and a re
 to the real occupancy every resync period. A port that sends more than that after a pause makes
 the phantom stand above the real queue until the next resync, by the excess times the pauses
 since: the positive drift that decides the fabric's capacity with 1 KB frames
-(``benchmarks/capacity.py``'s ``drift_p99``: 10 frames of 1 KB are 10.8 KB). The suspect is
-htb: while the class's gate is closed its buckets fill (``testbed.ports.HTB_BURST_BYTES``), and
-at the reopening the class sends what they hold at once, then a frame whenever its tokens are
-not negative, so up to a frame more than the link rate would have.
+(``benchmarks/capacity.py``'s ``drift_p99``: 10 of the largest 1 KB RoCE frames, 11 KB). The
+suspect is htb: while the class's gate is closed its buckets fill
+(``testbed.ports.HTB_BURST_BYTES``), and at the reopening the class sends what they hold at
+once, then a frame whenever its tokens are not negative, so up to a frame more than the link
+rate would have.
 
 The port is the product's (``testbed.ports``: htb, a tbf gate per class), on a veth in a fresh
 namespace, with a backlog of full-size RoCE data frames (a write's middle packets, as the
