@@ -24,25 +24,22 @@ Writes gate_lead.json and gate_lead.md to benchmarks/out.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import socket
 import statistics
-import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.netns import inside  # noqa: E402
-from testbed.ports import HTB_BURST_BYTES, PortGates, PortSpec, scheduler_commands  # noqa: E402
-from testbed.qos import gate_leak_roce_bytes, max_frame_bytes, roce_mtu  # noqa: E402
-from traffic.packets import DSCP_ROCE, WRITE_MIDDLE, RoceFrameBuilder  # noqa: E402
+from testbed.ports import HTB_BURST_BYTES  # noqa: E402
+from testbed.qos import gate_leak_roce_bytes, roce_mtu  # noqa: E402
+from tests.portrig import port  # noqa: E402
+from traffic.packets import WRITE_MIDDLE, RoceFrameBuilder  # noqa: E402
 
-TC = 3  # the class RoCE's DSCP maps to by default
+TC = 3  # the class RoCE's DSCP maps to (tests.portrig.DSCP_TO_TC, as by default)
 #: (link Mbit/s, interface MTU): 1 KB and 4 KB RoCE frames at the rates capacity.py tries.
 POINTS = ((7.5, 1500), (10, 1500), (20, 1500), (10, 9000), (20, 9000), (40, 9000))
 
@@ -52,29 +49,6 @@ def excess_per_pause(sent_bytes: int, open_s: float, rate_mbps: float, cycles: i
     """Bytes a pause cycle sent beyond the phantom's model of it: the link rate over the time
     open, and the gate leak as each pause begins."""
     return (sent_bytes - open_s * rate_mbps * 1e6 / 8) / cycles - leak_bytes
-
-
-@contextlib.contextmanager
-def gated_port(rate_mbps: float, mtu: int) -> Iterator[tuple[str, PortGates]]:
-    """The product's port on veth ``pa`` (peer ``pb``) in a namespace of its own."""
-    ns = f"glead{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        for cmd in (["link", "add", "dev", "pa", "type", "veth", "peer", "name", "pb"],
-                    ["link", "set", "dev", "pa", "mtu", str(mtu), "up"],
-                    ["link", "set", "dev", "pb", "mtu", str(mtu), "up"]):
-            subprocess.run(["ip", "-n", ns, *cmd], check=True)
-        spec = PortSpec("pa", rate_mbps, (4_000_000,) * 8, ((DSCP_ROCE, TC),),
-                        max_frame=max_frame_bytes(mtu))
-        subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], check=True, text=True,
-                       input="\n".join(scheduler_commands(spec)) + "\n")
-        gates = PortGates(spec, netns=ns)
-        try:
-            yield ns, gates
-        finally:
-            gates.close_sockets()
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=True)
 
 
 def data_frame(mtu: int) -> bytes:
@@ -88,7 +62,7 @@ def measure(rate_mbps: float, mtu: int, cycles: int, open_s: float, closed_s: fl
     f = data_frame(mtu)
     size = len(f)
     need = int(rate_mbps * 1e6 / 8 * open_s * cycles * 1.5) + 20 * size  # never runs dry
-    with gated_port(rate_mbps, mtu) as (ns, gates):
+    with port(rate_mbps, 4_000_000, mtu) as (ns, gates):
         gates.close(TC)
         with inside(f"/run/netns/{ns}"):
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)

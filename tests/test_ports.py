@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from testbed.constants import gate_major
-from testbed.ports import HTB_BURST_BYTES, PortGates, PortSpec, scheduler_commands
+from testbed.ports import HTB_BURST_BYTES, PortGates
+from tests.portrig import port
 from traffic.packets import pfc_frame
 
 pytestmark = pytest.mark.root
@@ -59,31 +58,6 @@ except socket.timeout:
     pass
 print(json.dumps(out))
 """
-
-
-@contextlib.contextmanager
-def port(rate_mbps: float = 10.0, buffers: int = 400_000):
-    ns = f"rtp{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        for cmd in (["link", "add", "dev", "pa", "type", "veth", "peer", "name", "pb"],
-                    ["link", "set", "dev", "pa", "mtu", "9000", "up"],
-                    ["link", "set", "dev", "pb", "mtu", "9000", "up"]):
-            subprocess.run(["ip", "-n", ns, *cmd], check=True)
-        spec = PortSpec("pa", rate_mbps, (buffers,) * 8, ((26, 3), (48, 6)))
-        r = subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"],
-                           input="\n".join(scheduler_commands(spec)) + "\n", text=True,
-                           capture_output=True)
-        assert r.returncode == 0, r.stderr
-        from pyroute2 import IPRoute
-
-        gates = PortGates(spec, IPRoute(netns=ns), netns=ns)
-        try:
-            yield ns, gates
-        finally:
-            gates.close_sockets()
-    finally:
-        subprocess.run(["ip", "netns", "del", ns])
 
 
 def receive(ns: str, idle_s: float) -> subprocess.Popen:
