@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.agent_ab import main  # noqa: E402
 
-VARIANTS = {"a process per switch": {"one_process": False},
-            "one process": {"one_process": True},
+VARIANTS = {"a process per switch": {"one_process": False, "realtime_priority": 0},
+            "one process": {"one_process": True, "realtime_priority": 0},
             "one process, SCHED_FIFO 10": {"one_process": True, "realtime_priority": 10}}
 
 

@@ -31,7 +31,8 @@ the phantom's drift included); with fewer, the table also gives the highest rate
 every trial passed every check, a lower bound of the capacity on all checks.
 
 Run as root: sudo .venv/bin/python benchmarks/capacity.py [--builds default,fast]
-[--realtime-priority 10] (the agents real-time, as README advises for faster links).
+[--realtime-priority 0] (the agents at nice alone; by default they run as agent.realtime_priority
+says, real-time).
 Writes capacity.json and capacity.md to benchmarks/out. Each trial holds the machine's fabric
 lock (testbed.state.fabric_lock), so it waits for any test that has a fabric up.
 """
@@ -110,9 +111,15 @@ def search(trial: Callable[[float], bool], start: float, steps: int,
     return best, tried
 
 
+def _agent(realtime: int | None) -> dict:
+    """The config's agent section: agent.realtime_priority if given (0: nice alone), else
+    the product's default."""
+    return {} if realtime is None else {"realtime_priority": realtime}
+
+
 def _cfg(shape: tuple[int, int, int], rate: float, mtu: int, build: str, name: str,
-         realtime: int = 0):
-    """``realtime``: the agents' agent.realtime_priority (0: nice alone, the default)."""
+         realtime: int | None = None):
+    """``realtime``: the agents' agent.realtime_priority (None: the product's default)."""
     from testbed.config import FabricConfig
 
     return FabricConfig.model_validate({
@@ -121,12 +128,12 @@ def _cfg(shape: tuple[int, int, int], rate: float, mtu: int, build: str, name: s
                    "host_link_mbps": rate, "fabric_link_mbps": rate, "mtu": mtu},
         "switch": {"build": build},
         "qos": {"pfc_enable": [3], "ecn": {}},  # PFC alone, as in the incast test
-        "agent": {"realtime_priority": realtime},
+        "agent": _agent(realtime),
     })
 
 
 def run_trial(shape_name: str, rate: float, mtu: int, build: str, incast_s: float,
-              tmp: Path, realtime: int = 0) -> Trial:
+              tmp: Path, realtime: int | None = None) -> Trial:
     """One load; every check the incast test makes, and the costs beside."""
     from testbed.state import fabric_lock
 
@@ -270,7 +277,7 @@ def capacity(shape: str, mtu: int, build: str, args, log: list[dict]) -> dict:
             "all_checks_mbps": strict, "tried": tried, "decided_on": sorted(decide)}
 
 
-def _costs(build: str, instructions: bool = True, realtime: int = 0) -> dict:
+def _costs(build: str, instructions: bool = True, realtime: int | None = None) -> dict:
     """The other benchmarks' figures for one build, in the same run (benchmarks/lossless.py,
     benchmarks/bmv2_instructions.py): BMv2's forwarding rate with the full program over plain
     forwarding, the same in instructions per packet (exact where packets per second swing by a
@@ -282,7 +289,7 @@ def _costs(build: str, instructions: bool = True, realtime: int = 0) -> dict:
     with fabric_lock():
         full, plain = forwarding_pps(False, build=build), forwarding_pps(True, build=build)
     with fabric_lock():
-        agents = fabric_measures(build=build, agent={"realtime_priority": realtime})
+        agents = fabric_measures(build=build, agent=_agent(realtime))
     counted: dict = {"full_instructions": None, "plain_instructions": None}
     if instructions and shutil.which("valgrind"):
         from benchmarks.bmv2_instructions import measure
@@ -398,8 +405,9 @@ def main() -> None:
                     help=f"the checks that decide a rate (of {', '.join(CHECKS)})")
     ap.add_argument("--no-instructions", action="store_true", help="skip counting BMv2's "
                     "instructions per packet (valgrind, about 4 minutes a build)")
-    ap.add_argument("--realtime-priority", type=int, default=0, help="the agents' "
-                    "agent.realtime_priority (SCHED_FIFO; 0, the default: nice alone)")
+    ap.add_argument("--realtime-priority", type=int, help="the agents' "
+                    "agent.realtime_priority (SCHED_FIFO; 0: nice alone; default: the config's "
+                    "default)")
     ap.add_argument("--tag", default="capacity", help="output file name")
     ap.add_argument("--before", type=Path, help="an earlier run's capacity.json, whose "
                     "capacity on every check the table shows beside this run's")

@@ -16,6 +16,7 @@ default (benchmarks/agent_process.py measures both).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,6 +33,22 @@ from testbed.topology import Topology, intf_name
 READY_TIMEOUT_S = 20
 
 
+def scheduling(asked: int, nice: int, real_time: list[bool]) -> tuple[str, str | None]:
+    """What the agents run at, and why not what was asked when the machine refused it (an
+    agent that may not take SCHED_FIFO goes on at its nice, testbed.agent.switch): given
+    ``asked`` (agent.realtime_priority, 0 for none) and, per agent process, whether it runs
+    real-time."""
+    if asked and all(real_time):
+        return f"SCHED_FIFO {asked}", None
+    if not asked:
+        return f"nice {nice}", None
+    return f"nice {nice}", (
+        f"agent.realtime_priority {asked} was refused by this machine: "
+        f"{sum(not r for r in real_time)} of {len(real_time)} switch agent processes run at "
+        f"nice {nice}, and PFC waits for a core as BMv2 and the hosts do (a container needs "
+        "--cap-add SYS_NICE --cpu-rt-runtime 950000; `testbed doctor` checks it)")
+
+
 class AgentPool:
     """One switch agent per switch, started in the switch's namespace."""
 
@@ -44,6 +61,10 @@ class AgentPool:
         self.state = state
         self.t0 = t0  # the run's clock: the agents' telemetry counts seconds from it
         self.procs: list[subprocess.Popen] = []
+        #: What the agents run at ("SCHED_FIFO 10", "nice -10"), once they have started.
+        self.scheduling: str | None = None
+        #: Why they do not run at agent.realtime_priority, if the machine refused it.
+        self.refused: str | None = None
 
     def runtime_files(self, switch: str) -> list[str]:
         """The files a switch's agent makes in the runtime folder."""
@@ -100,6 +121,22 @@ class AgentPool:
             self.procs.append(p)
             self.state.add_process(p.pid, paths[0])
         self.wait_ready()
+        self.check_scheduling()
+
+    def check_scheduling(self) -> None:
+        """Whether the agents got agent.realtime_priority (each sets it before it is ready):
+        a refusal of a priority the config wrote stops the run; of the default, it is said
+        (testbed.fabric) and the agents go on at agent.nice."""
+        a = self.cfg.agent
+        real_time = []
+        for p in self.procs:
+            try:
+                real_time.append(os.sched_getscheduler(p.pid) == os.SCHED_FIFO)
+            except OSError:  # gone: wait_ready would have said so
+                real_time.append(False)
+        self.scheduling, self.refused = scheduling(a.realtime_priority, a.nice, real_time)
+        if self.refused and "realtime_priority" in a.model_fields_set:
+            raise FabricError(f"{self.refused}; or set agent.realtime_priority: 0")
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """An agent is ready once it has opened its sockets and its event log."""

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from testbed.cli_output import console, print_fidelity, print_run
+from testbed.cli_output import console, print_agents, print_fidelity, print_run
 from testbed.cli_output import say as _say
 from testbed.config import ConfigError, FabricConfig
 from testbed.labs.cli import lab_app
@@ -146,6 +146,7 @@ def _up(cfg: FabricConfig, topo, results: Path, endpoints: bool, pingall: bool,
         fabric.stop()
         summary = run_ctx.telemetry_summary()
         if summary is not None:
+            print_agents(summary.get("agents"))
             print_fidelity(summary.get("fidelity"))
     return status
 

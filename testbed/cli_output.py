@@ -29,6 +29,13 @@ def print_fidelity(section: dict | None) -> None:
         console.print(line, style=style, markup=False, highlight=False)
 
 
+def print_agents(section: dict | None) -> None:
+    """What the switch agents ran at, when it was not what was asked (testbed.agents)."""
+    if section and section.get("refused"):
+        console.print(f"note: {section['refused']}", style="yellow", markup=False,
+                      highlight=False)
+
+
 def print_run(run_dir: Path, s: dict) -> None:
     """A finished run: where its results are, its flows, headline figures, watchdog events, any
     deadlock, and the fidelity verdict last, where the eye lands."""
@@ -49,4 +56,5 @@ def print_run(run_dir: Path, s: dict) -> None:
 
     for line in deadlock_lines(s.get("deadlock")):
         console.print(f"  {line[2:]}", markup=False)
+    print_agents(s.get("agents"))
     print_fidelity(s.get("fidelity"))

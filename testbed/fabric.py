@@ -164,7 +164,13 @@ class Fabric:
     def start_agents(self) -> None:
         """One switch agent per switch, inside the switch's namespace."""
         assert self.net is not None
-        self.agent_pool.start(self.net)
+        pool = self.agent_pool
+        try:
+            pool.start(self.net)
+        finally:
+            self.run.agents = {"scheduling": pool.scheduling, "refused": pool.refused}
+        if pool.refused:
+            self.progress(pool.refused)
 
     def stop_agents(self) -> None:
         self.agent_pool.stop()

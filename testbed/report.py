@@ -114,6 +114,9 @@ def _markdown(run_dir: Path, summary: dict) -> None:
         lines += [f"> **\N{LARGE RED CIRCLE} {fid[0]}**", *(f"> {ln}" for ln in fid[1:]), ""]
     elif fid:
         lines += [fid[0], ""]
+    refused = (summary.get("agents") or {}).get("refused")
+    if refused:
+        lines += [f"> note: {refused}", ""]
     lines += ["![report](report.png)", ""]
     for name, f in summary.get("flows", {}).items():
         lines.append(f"- flow **{name}** {f['src']} -> {f['dst']}: {f['bytes_received']} bytes "

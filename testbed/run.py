@@ -77,6 +77,8 @@ class Run:
         self.opened = False  # open() recorded this run
         #: The BMv2 build the switches ran ({"build", "binary"}), set as they start.
         self.bmv2: dict | None = None
+        #: What the switch agents ran at ({"scheduling", "refused"}), set as they start.
+        self.agents: dict | None = None
 
     @classmethod
     def named(cls, cfg: FabricConfig, topo: Topology, results_root: Path,
@@ -143,6 +145,7 @@ class Run:
                                     lossless_buffers(self.cfg, self.topo), host_loss)
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
             summary["bmv2"] = self.bmv2
+            summary["agents"] = self.agents
             out.write_text(json.dumps(summary, indent=2))
         except (OSError, ValueError, KeyError) as exc:  # a half-written CSV of a killed agent
             self.progress(f"telemetry summary not written: {exc}")

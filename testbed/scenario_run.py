@@ -116,6 +116,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         tel = run.telemetry_summary()
         if tel is not None:  # the fidelity guard's verdict, written as the fabric stopped
             res.summary["fidelity"] = tel.get("fidelity")
+            res.summary["agents"] = tel.get("agents")
         res.summary.setdefault("timeline", timeline)
         res.summary["watchdog_events"] = _watchdog_events(run_dir)
         if stopped_at is not None:

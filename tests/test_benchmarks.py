@@ -69,6 +69,21 @@ def test_scenario_rates_counts_faithful_runs_and_spans_the_guards_figures() -> N
                     "| in | 10 Mbit/s | 1 of 1 | - | - | - |"]
 
 
+def test_scenario_rates_gives_each_agent_scheduling_its_row_when_it_was_varied() -> None:
+    import scenario_rates
+
+    def run(rt: int, ok: bool, reaction: int | None) -> dict:
+        return {"scenario": "dl", "rate_mbps": 20.0, "realtime": rt, "faithful": ok,
+                "bmv2_lag_ms": None, "phantom_below_kb": None, "agent_reaction_ms": reaction}
+
+    md = scenario_rates.markdown([run(10, True, None), run(0, False, 31), run(0, True, None),
+                                  run(10, True, None)])
+    assert "| scenario | link rate | agents | faithful runs |" in md
+    rows = [ln for ln in md.splitlines() if ln.startswith("| dl")]
+    assert rows == ["| dl | 20 Mbit/s | SCHED_FIFO 10 | 2 of 2 | - | - | - |",
+                    "| dl | 20 Mbit/s | nice alone | 1 of 2 | - | - | 31 |"]
+
+
 def test_agent_ab_table_gives_each_variants_medians_and_ranges() -> None:
     import agent_ab
 

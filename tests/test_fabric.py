@@ -317,19 +317,24 @@ def _sched(pid: int) -> tuple[int, int, int]:
 
 def test_agents_run_real_time_and_change_their_gates_themselves(tmp_path: Path) -> None:
     """agent.realtime_priority reaches each switch agent and all its threads (SCHED_FIFO: a
-    PFC frame preempts the BMv2 and host processes that fill the cores); 0 leaves them at
-    agent.nice. One agent process serves the three switches (agent.one_process), or one
-    process per switch. No `tc` process stands between a PFC frame and its gate: the agent
-    changes the gates over its own netlink sockets (testbed.qdisc_netlink)."""
+    PFC frame preempts the BMv2 and host processes that fill the cores), by default at 10;
+    0 leaves them at agent.nice. One agent process serves the three switches
+    (agent.one_process), or one process per switch. No `tc` process stands between a PFC
+    frame and its gate: the agent changes the gates over its own netlink sockets
+    (testbed.qdisc_netlink). The run's summary says what the agents ran at."""
+    import json
+
     import psutil
 
     for rt, one, expected in ((10, True, (os.SCHED_FIFO, 10)), (0, True, (os.SCHED_OTHER, 0)),
-                              (10, False, (os.SCHED_FIFO, 10))):
-        cfg = FabricConfig.model_validate({"name": f"rt{rt}{one:d}", "fabric": {
+                              (None, False, (os.SCHED_FIFO, 10))):
+        written = {} if rt is None else {"realtime_priority": rt}
+        label = f"rt{'d' if rt is None else rt}{one:d}"
+        cfg = FabricConfig.model_validate({"name": label, "fabric": {
             "spines": 1, "leaves": 2, "hosts_per_leaf": 1},
-            "agent": {"realtime_priority": rt, "nice": -7, "one_process": one}})
+            "agent": {**written, "nice": -7, "one_process": one}})
         topo = build_topology(cfg)
-        with Fabric(cfg, topo, tmp_path / f"{rt}{one:d}") as fabric:
+        with Fabric(cfg, topo, tmp_path / label) as fabric:
             procs = fabric.agent_pool.procs
             assert len(procs) == (1 if one else 3)
             for p in procs:
@@ -340,6 +345,43 @@ def test_agents_run_real_time_and_change_their_gates_themselves(tmp_path: Path) 
                     assert (policy, prio) == expected, (rt, pid, policy, prio)
                     if not rt:
                         assert nice == -7, (pid, nice)
+        summary = json.loads((tmp_path / label / "telemetry" / "summary.json").read_text())
+        assert summary["agents"] == {"scheduling": "nice -7" if rt == 0 else "SCHED_FIFO 10",
+                                     "refused": None}
+
+
+def test_a_refused_real_time_priority_is_said_or_stops_the_run(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """On a machine that refuses SCHED_FIFO (a container without CAP_SYS_NICE), the agents go
+    on at agent.nice. Under the default agent.realtime_priority the run says so as it starts
+    and in its summary; when the config wrote the priority, the run stops with one line that
+    names the field and the fix, and leaves nothing behind. (Root may always take SCHED_FIFO,
+    so the agents' scheduling is read as the refusing machine would show it.)"""
+    import json
+
+    import testbed.agents
+    from testbed.network import FabricError
+    from testbed.state import running_elsewhere
+
+    monkeypatch.setattr(testbed.agents.os, "sched_getscheduler", lambda _pid: os.SCHED_OTHER)
+    said: list[str] = []
+    cfg = FabricConfig.model_validate({"name": "rtrefused", "fabric": {
+        "spines": 1, "leaves": 2, "hosts_per_leaf": 1}})
+    with Fabric(cfg, build_topology(cfg), tmp_path / "default", progress=said.append):
+        pass
+    refused = [m for m in said if "agent.realtime_priority 10 was refused" in m]
+    assert len(refused) == 1 and "3 of 3 switch agent processes run at nice -10" in refused[0]
+    summary = json.loads((tmp_path / "default" / "telemetry" / "summary.json").read_text())
+    assert summary["agents"] == {"scheduling": "nice -10", "refused": refused[0]}
+
+    cfg = FabricConfig.model_validate({"name": "rtwritten", "fabric": {
+        "spines": 1, "leaves": 2, "hosts_per_leaf": 1}, "agent": {"realtime_priority": 5}})
+    with pytest.raises(FabricError) as e:
+        Fabric(cfg, build_topology(cfg), tmp_path / "written").start()
+    msg = str(e.value)
+    assert "\n" not in msg and "agent.realtime_priority 5 was refused" in msg
+    assert msg.endswith("or set agent.realtime_priority: 0")
+    assert running_elsewhere() is None and not (RUNTIME_DIR / "rtwritten").exists()
 
 
 def test_counters_read_from_the_kernel_match_ip_and_tc(tmp_path: Path) -> None:
