@@ -165,3 +165,20 @@ def test_the_table_says_which_passing_trials_the_fidelity_guard_flagged() -> Non
     quiet = [_trial(5, True, True), _trial(10, False, False)]
     assert capacity.guard_flags(quiet) == [
         "The runs' own fidelity guard flagged none of the passing trials."]
+
+
+def test_capacity_pairs_counts_each_settings_passes_and_flags() -> None:
+    import capacity_pairs
+
+    def trial(agents: str, passed: bool, ok: bool, p99_us: int, cpu: float) -> dict:
+        return {"agents": agents, "passed": passed, "failed": [] if passed else ["drift_p99"],
+                "figures": {"reaction_p99_us": p99_us, "drift_p99_bytes": 21300,
+                            "agents_cpu_cores": cpu, "fidelity_ok": ok}}
+
+    md = capacity_pairs.markdown([trial("rt", True, True, 210, 0.21),
+                                  trial("nice", False, False, 4690, 0.25),
+                                  trial("nice", True, True, 1600, 0.2),
+                                  trial("rt", True, False, 320, 0.24)], "6:1, 40 Mbit/s")
+    rows = [ln for ln in md.splitlines() if ln.startswith("| rt") or ln.startswith("| nice")]
+    assert rows == ["| rt | 2 of 2 | 1 of 2 | - | 0.21-0.32 | 21.3-21.3 | 21-24% |",
+                    "| nice | 1 of 2 | 1 of 2 | drift_p99 | 1.60-4.69 | 21.3-21.3 | 20-25% |"]
