@@ -186,6 +186,8 @@ def run(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (see scenarios/).")],
     results: Annotated[Path, typer.Option(help="Where results folders are written.")] = Path(
         "results"),
+    out: Annotated[Path | None, typer.Option(
+        help="The run's results folder (default: <results>/<name>-<time>); new or empty.")] = None,
     capture: Annotated[list[str] | None, typer.Option(
         help="Capture a host's NIC (h1) or a switch port (leaf1:2) into captures/*.pcap, "
              "besides the scenario's own `capture` list; repeatable.")] = None,
@@ -204,6 +206,11 @@ def run(
         if problem is not None:
             _fail(f"--capture {target}: {problem}")
         sc.extras.capture.append(target)
+    if out is not None:
+        from testbed.run import out_problem
+
+        if problem := out_problem(out):
+            _fail(problem)
     if os.geteuid() != 0:
         _fail("the testbed needs root for namespaces and veths: run it with sudo")
     from testbed.run import interrupt_on_sigterm
@@ -216,8 +223,9 @@ def run(
     from testbed.scenario_run import RunFailed
 
     try:
-        with for_sudo_user(results), RunProgress(console) as live:
-            res = run_scenario(sc, results, progress=_progress, status=live.callback)
+        with for_sudo_user(out or results), RunProgress(console) as live:
+            res = run_scenario(sc, results, progress=_progress, status=live.callback,
+                               run_dir=out)
     except (SwitchStartError, ControlPlaneError, FabricError, CaptureError, RunFailed) as exc:
         _fail(str(exc), 1)
     except KeyboardInterrupt:

@@ -45,6 +45,14 @@ def results_dir_for(results_root: Path, name: str) -> Path:
     return results_root / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
+def out_problem(out: Path) -> str | None:
+    """Why ``out`` cannot be a new results folder (`--out` of `testbed run` and `testbed
+    sweep`): a run never writes over another's results."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return f"--out {out}: already exists and is not an empty folder; give a new one"
+    return None
+
+
 def fidelity_budgets(cfg: FabricConfig, topo: Topology) -> Budgets:
     """What the fidelity guard allows on this fabric."""
     q = cfg.qos

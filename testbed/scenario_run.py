@@ -48,15 +48,17 @@ STATUS_PERIOD_S = 0.5
 
 
 def run_scenario(sc: Scenario, results_root: Path, progress=print,
-                 status: Callable[[RunStatus], None] | None = None) -> RunResult:
-    """Run ``sc`` and write its results folder under ``results_root``. ``progress`` gets a line
-    per step and per fault as it fires; ``status``, if given, a RunStatus every
-    STATUS_PERIOD_S while the flows run."""
+                 status: Callable[[RunStatus], None] | None = None,
+                 run_dir: Path | None = None) -> RunResult:
+    """Run ``sc`` and write its results folder under ``results_root`` (named after the scenario
+    and the time), or into ``run_dir``. ``progress`` gets a line per step and per fault as it
+    fires; ``status``, if given, a RunStatus every STATUS_PERIOD_S while the flows run."""
     from testbed.fabric import Fabric
     from testbed.measure import fabric_counters, hidden_loss, kernel_drops
     from testbed.run import Run
 
-    run = Run.named(sc.cfg, sc.topo, results_root, progress)
+    run = (Run(sc.cfg, sc.topo, run_dir, progress) if run_dir is not None
+           else Run.named(sc.cfg, sc.topo, results_root, progress))
     run_dir = run.results_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scenario.json").write_text(json.dumps(

@@ -88,8 +88,11 @@ def default_out(results_root: Path, name: str) -> Path:
 
 
 def check_out(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise SweepError(f"--out {out}: already exists and is not an empty folder; give a new one")
+    from testbed.run import out_problem
+
+    problem = out_problem(out)
+    if problem:
+        raise SweepError(problem)
 
 
 RunFn = Callable[[Scenario, Path, Callable[[str], None]], Any]

@@ -150,3 +150,34 @@ def test_a_part_that_dies_is_one_line_and_the_run_keeps_what_it_measured(
     left = subprocess.run(["pgrep", "-f", "traffic.endpoint.*runcli|simple_switch"],
                           capture_output=True, text=True)
     assert left.stdout == "", f"left running: {left.stdout}"
+
+
+def test_out_names_the_runs_folder_and_never_writes_over_another(tmp_path: Path) -> None:
+    """`testbed run --out DIR` writes the run into DIR itself (as `testbed sweep --out` does
+    for a sweep); a DIR that holds anything is refused in one line before any fabric starts."""
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "summary.json").write_text("{}")
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(_scenario(tmp_path)),
+                        "--out", str(taken)], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines() == [
+        f"error: --out {taken}: already exists and is not an empty folder; give a new one"]
+    assert [p.name for p in taken.iterdir()] == ["summary.json"]
+
+
+@pytest.mark.bmv2
+def test_a_run_writes_into_its_out_folder(tmp_path: Path) -> None:
+    scenario = {**SCENARIO, "duration_s": 1, "settle_s": 0.5, "faults": [],
+                "flows": [{"name": "b", "src": "h3", "dst": "h1", "qps": 1, "count": 2}]}
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    out = tmp_path / "my-run"
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--out",
+                        str(out), "--results", str(tmp_path / "results")], cwd=REPO,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"results in {out}" in r.stderr
+    assert (out / "summary.json").is_file() and (out / "report.md").is_file()
+    assert not (tmp_path / "results").exists()
