@@ -116,9 +116,8 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
             res.summary["captures"] = captures.stop()
         fabric.stop()
         tel = run.telemetry_summary()
-        if tel is not None:  # the fidelity guard's verdict, written as the fabric stopped
-            res.summary["fidelity"] = tel.get("fidelity")
-            res.summary["agents"] = tel.get("agents")
+        if tel is not None:  # the fidelity guard's verdict and what the agents ran at
+            res.summary.update({k: tel.get(k) for k in ("fidelity", "agents")})
         res.summary.setdefault("timeline", timeline)
         res.summary["watchdog_events"] = _watchdog_events(run_dir)
         if stopped_at is not None:

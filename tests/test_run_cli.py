@@ -5,6 +5,7 @@ measured kept and nothing left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -181,3 +182,6 @@ def test_a_run_writes_into_its_out_folder(tmp_path: Path) -> None:
     assert f"results in {out}" in r.stderr
     assert (out / "summary.json").is_file() and (out / "report.md").is_file()
     assert not (tmp_path / "results").exists()
+    # what the switch agents ran at: real-time, by default
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["agents"] == {"scheduling": "SCHED_FIFO 10", "refused": None}
