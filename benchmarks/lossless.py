@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -112,17 +114,39 @@ def forwarding_pps(plain: bool, n: int = 6000, size: int = 512, build: str = "au
     return int(got) / float(t)
 
 
-def fabric_measures(seconds: float = 5.0, build: str = "auto", agent: dict | None = None,
-                    rate_mbps: float | None = None) -> dict:
-    """``agent``: agent settings over the defaults; ``rate_mbps``: every link's rate."""
+@contextmanager
+def fabric_2x4x2(build: str = "auto", agent: dict | None = None,
+                 rate_mbps: float | None = None) -> Iterator[tuple[Fabric, Path]]:
+    """The 2x4x2 fabric these measures load, up and programmed, with its results folder.
+    ``agent``: agent settings over the defaults; ``rate_mbps``: every link's rate."""
     rates = {"host_link_mbps": rate_mbps, "fabric_link_mbps": rate_mbps} if rate_mbps else {}
     cfg = FabricConfig.model_validate({"name": "bench-lossless", "switch": {"build": build},
                                        "fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 2,
                                                   **rates},
                                        "qos": {"ecn": {}}, "agent": agent or {}})
-    topo = build_topology(cfg)
-    with tempfile.TemporaryDirectory() as tmp, Fabric(cfg, topo, Path(tmp)) as fabric:
-        agents = [psutil.Process(p.pid) for p in fabric.agent_pool.procs]
+    with tempfile.TemporaryDirectory() as tmp, Fabric(cfg, build_topology(cfg),
+                                                      Path(tmp)) as fabric:
+        yield fabric, Path(tmp)
+
+
+def start_incast(fabric: Fabric, seconds: float) -> None:
+    """The 4:1 incast of these measures, for ``seconds``: h3, h5, h7 and h8 (three leaves away
+    and one beside it) to h1, DCQCN off, so that PFC alone holds it."""
+    eps = fabric.start_endpoints(["--no-dcqcn"])
+    flows = [FlowSpec(name=f"f{i}", src=s, dst="h1", message_bytes=65536, duration_s=seconds)
+             for i, s in enumerate(["h3", "h5", "h7", "h8"])]
+    FlowRunner(flows, eps, {h.name: h.ip for h in fabric.topo.hosts}).start()
+
+
+def agent_processes(fabric: Fabric) -> list[psutil.Process]:
+    return [psutil.Process(p.pid) for p in fabric.agent_pool.procs]
+
+
+def fabric_measures(seconds: float = 5.0, build: str = "auto", agent: dict | None = None,
+                    rate_mbps: float | None = None) -> dict:
+    """The agents' CPU idle and under the incast, and their pause reactions in it."""
+    with fabric_2x4x2(build, agent, rate_mbps) as (fabric, tmp):
+        agents = agent_processes(fabric)
 
         def cpu(window: float) -> float:
             c0 = sum(a.cpu_times().user + a.cpu_times().system for a in agents)
@@ -132,14 +156,11 @@ def fabric_measures(seconds: float = 5.0, build: str = "auto", agent: dict | Non
 
         time.sleep(1.0)
         idle = cpu(seconds)
-        eps = fabric.start_endpoints(["--no-dcqcn"])
-        flows = [FlowSpec(name=f"f{i}", src=s, dst="h1", message_bytes=65536,
-                          duration_s=seconds + 2) for i, s in enumerate(["h3", "h5", "h7", "h8"])]
-        FlowRunner(flows, eps, {h.name: h.ip for h in topo.hosts}).start()
+        start_incast(fabric, seconds + 2)
         time.sleep(1.0)
         busy = cpu(seconds)
         time.sleep(2.0)
-        reactions = pause_reactions_us(Path(tmp))
+        reactions = pause_reactions_us(tmp)
     reactions.sort()
     return {"agent_cpu_idle_cores": round(idle, 4), "agent_cpu_incast_cores": round(busy, 4),
             "pause_reaction_us_median": statistics.median(reactions) if reactions else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -182,3 +183,47 @@ def test_capacity_pairs_counts_each_settings_passes_and_flags() -> None:
     rows = [ln for ln in md.splitlines() if ln.startswith("| rt") or ln.startswith("| nice")]
     assert rows == ["| rt | 2 of 2 | 1 of 2 | - | 0.21-0.32 | 21.3-21.3 | 21-24% |",
                     "| nice | 1 of 2 | 1 of 2 | drift_p99 | 1.60-4.69 | 21.3-21.3 | 20-25% |"]
+
+
+def _floor_run(wakeups: list[float], cores: list[float], bare: dict[str, float]) -> dict:
+    pairs = enumerate(zip(wakeups, cores, strict=True))
+    return {"agents": [{"switch": f"s{i}", "wakeups_per_s": w, "user_cores": c * 0.75,
+                        "system_cores": c * 0.25} for i, (w, c) in pairs],
+            "bare": {k: {"us_per_wakeup": us} for k, us in bare.items()},
+            "bare_rate_per_s": max(wakeups)}
+
+
+def test_agent_floor_is_the_agents_wakeups_times_a_bare_wakeup() -> None:
+    import agent_floor
+
+    run = _floor_run([200, 300], [0.04, 0.06], {"Python": 50.0, "C": 20.0})
+    t = agent_floor.totals(run)
+    assert t["wakeups_per_s"] == 500 and t["cores"] == pytest.approx(0.10)
+    assert t["us_per_wakeup"] == pytest.approx(200.0)  # 0.1 s a second over 500
+    assert t["Python_floor_cores"] == pytest.approx(0.025)  # 500 x 50 us
+    assert t["C_floor_cores"] == pytest.approx(0.010)
+    md = agent_floor.markdown([run, _floor_run([100], [0.05], {"Python": 70.0})])
+    rows = [ln for ln in md.splitlines() if ln[:4] in ("| 1 ", "| 2 ")]
+    assert rows == ["| 1 | 500 | 10.0% | 200 | 50 | 2.5% | 20 | 1.0% |",
+                    "| 2 | 100 | 5.0% | 500 | 70 | 0.7% | - | - |"]
+    assert "| s1 | 300 | 4.5% | 1.5% |" in md  # run 1's agents, one by one
+    assert "in Python that did nothing but wake would take 1.6% of a core (median)" in md
+
+
+def test_the_bare_loops_read_every_datagram_they_are_sent(tmp_path: Path) -> None:
+    """The bare loops the floor is measured with: each wake-up reads what came, so the loop
+    counts every datagram sent, and reports its CPU and wake-ups; the C loop where a compiler
+    is installed (without one the benchmark leaves its column empty, as here)."""
+    import agent_floor
+
+    loops = {"Python": [sys.executable, "-c", agent_floor.PY_LOOP]}
+    c_loop = agent_floor.build_c_loop(tmp_path)
+    assert (c_loop is None) == (shutil.which("cc") is None and shutil.which("gcc") is None)
+    if c_loop is not None:
+        loops["C"] = c_loop
+    for kind, cmd in loops.items():
+        b = agent_floor.bare_wakeup_us(cmd, 200, 1.5, 0)
+        assert b["sent"] > 100, kind
+        assert b["read"] == b["sent"], kind
+        assert 0 < b["wakeups"] <= b["read"] + 40, kind  # one a datagram or fewer, + timeouts
+        assert b["cpu_s"] > 0 and b["us_per_wakeup"] > 0, kind
