@@ -231,6 +231,7 @@ def judge(cfg, run_dir: Path, qps: list[dict], counters, done: bool, per_qp: int
             q.get("corrupt", 0) for q in qps)} if bad_qps or not done else None,
         "fidelity_ok": tel.get("fidelity", {}).get("ok"),
         "fidelity_reasons": tel.get("fidelity", {}).get("reasons"),
+        "agents": tel.get("agents", {}).get("scheduling"),  # what they ran at: "SCHED_FIFO 10"
     }
     checks = {
         "delivered": done and not bad_qps and len(qps) > 0,
@@ -360,7 +361,20 @@ def markdown(results: list[dict], costs: dict, trials: list[dict],
                      f"{_instructions(c)} | {c['agent_cpu_idle_cores']:.1%} / "
                      f"{c['agent_cpu_incast_cores']:.1%} of a core | "
                      f"{f'{statistics.median(per_pkt):.1f}' if per_pkt else '-'} us |")
-    return "\n".join(lines + ["", *guard_flags(trials)]) + "\n"
+    return "\n".join(lines + ["", *agents_ran_at(trials), *guard_flags(trials)]) + "\n"
+
+
+def agents_ran_at(trials: list[dict]) -> list[str]:
+    """What the switch agents ran at in the trials (their run's summary says it), so that a
+    table says which scheduling its rates were reached with; nothing for a run saved before
+    the trials recorded it."""
+    seen = Counter(t["figures"]["agents"] for t in trials if t["figures"].get("agents"))
+    if not seen:
+        return []
+    if len(seen) == 1 and sum(seen.values()) == len(trials):
+        return [f"The switch agents ran at {next(iter(seen))} in every trial.", ""]
+    each = ", ".join(f"{k} in {n} trial{'s' * (n != 1)}" for k, n in seen.most_common())
+    return [f"The switch agents ran at {each} (of {len(trials)}).", ""]
 
 
 def guard_flags(trials: list[dict]) -> list[str]:

@@ -227,3 +227,21 @@ def test_the_bare_loops_read_every_datagram_they_are_sent(tmp_path: Path) -> Non
         assert b["read"] == b["sent"], kind
         assert 0 < b["wakeups"] <= b["read"] + 40, kind  # one a datagram or fewer, + timeouts
         assert b["cpu_s"] > 0 and b["us_per_wakeup"] > 0, kind
+
+
+def test_the_capacity_table_says_what_the_agents_ran_at() -> None:
+    """Each trial's run summary says the agents' scheduling; the table says it under the
+    rates, so that a rate reached with real-time agents is not read as one at nice."""
+    def at(agents: str | None) -> dict:
+        t = _trial(5, True, True)
+        t["figures"]["agents"] = agents
+        return t
+
+    md = capacity.markdown([], {}, [at("SCHED_FIFO 10"), at("SCHED_FIFO 10")])
+    assert "The switch agents ran at SCHED_FIFO 10 in every trial." in md
+    mixed = [at("SCHED_FIFO 10"), at("nice -10"), at("SCHED_FIFO 10")]
+    assert capacity.agents_ran_at(mixed)[0] == (
+        "The switch agents ran at SCHED_FIFO 10 in 2 trials, nice -10 in 1 trial (of 3).")
+    # a run saved before trials recorded it says nothing of the agents
+    assert capacity.agents_ran_at([_trial(5, True, True)]) == []
+    assert "switch agents ran" not in capacity.markdown([], {}, [_trial(5, True, True)])
