@@ -253,6 +253,40 @@ def test_dcqcn_checks(tmp_path: Path) -> None:
     assert not v["reacted"].ok and "dcqcn: true" in v["reacted"].hint
 
 
+def _lab3_shares(tmp: Path, rates: dict[str, float], cnps: dict[str, int],
+                 dcqcn: bool = True) -> dict:
+    """Lab 3's run with the three flows at ``rates`` (bit/s) from 3.5 s on, each sender
+    having received ``cnps``; the checker's verdicts by id."""
+    flows, rows = {}, {}
+    for i, (name, host) in enumerate((("first", "h1"), ("second", "h2"), ("third", "h3"))):
+        flows.update(flow(name, host, "h4", 10 + i, 1_000_000, cnps=cnps[name]))
+        rows[host] = qp_series(10 + i, rates[name], 8.0, 3.5, rate_bps=2e6, alpha=0.5,
+                               cnps_received=cnps[name])
+    fake_run(tmp, "lab03-dcqcn", {"duration_s": 7, "endpoints": {"dcqcn": dcqcn}}, flows,
+             qp_rows=rows)
+    return {ln.spec.id: ln.verdict for ln in grade(find_lab(3), tmp, tmp)}
+
+
+def test_uneven_dcqcn_shares_fail_and_say_that_another_run_can_differ(tmp_path: Path) -> None:
+    """Shares that DCQCN had not evened out (every flow sending, each cut by CNPs) fail the
+    fairness question with the truth, not a setup hint: the setup is right, DCQCN's outcome
+    varies from run to run; the warning asks for another run, as a student should make. A run
+    where a flow got no CNP, or DCQCN was off, gets the setup hint."""
+    uneven = {"first": 1.6e6, "second": 2.1e6, "third": 5.2e6}  # a reference run's, 0.78
+    v = _lab3_shares(tmp_path / "a", uneven, {"first": 7, "second": 5, "third": 6})
+    assert not v["fair"].ok and "Jain's index 0.78" in v["fair"].reason
+    assert "run it again" in v["fair"].hint and "DCQCN cut each one" in v["fair"].hint
+    assert v["fair"].warning is not None and "another run" in v["fair"].warning
+    v = _lab3_shares(tmp_path / "b", uneven, {"first": 7, "second": 5, "third": 0})
+    assert not v["fair"].ok and v["fair"].warning is None
+    assert v["fair"].hint == "all flows must be sending then, to one receiver, with DCQCN on"
+    v = _lab3_shares(tmp_path / "c", uneven, {"first": 7, "second": 5, "third": 6}, dcqcn=False)
+    assert not v["fair"].ok and v["fair"].warning is None and "DCQCN on" in v["fair"].hint
+    even = {"first": 2.5e6, "second": 2.4e6, "third": 2.6e6}
+    v = _lab3_shares(tmp_path / "d", even, {"first": 4, "second": 3, "third": 3})
+    assert v["fair"].ok and v["fair"].warning is None
+
+
 def _by_id(lines: list) -> dict:
     return {ln.spec.id: ln.verdict for ln in lines}
 
