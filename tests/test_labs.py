@@ -461,10 +461,11 @@ BROKEN = {2: ("moved", "qos.ecn.3"), 3: ("reacted", "dcqcn: true"),
 SLOW = {6, 7}
 
 
-#: How many times a scenario whose run the fidelity guard flagged is run again before its
-#: grade counts. A flagged run is one the emulation could not keep up with (the summary says
-#: why); the checker tells a student to rerun it, and these tests do what the student would.
-#: A run that keeps being flagged still fails the test.
+#: How many times a scenario whose failing line carries a warning is run again before its
+#: grade counts. A warning says the run may differ the next time: the fidelity guard flagged it
+#: (the emulation could not keep up; the summary says why), or the check knows its outcome
+#: varies between right runs (lab 3's DCQCN shares). The checker tells a student to rerun it,
+#: and these tests do what the student would. A line that keeps failing still fails the test.
 FLAGGED_RERUNS = 2
 
 
