@@ -191,7 +191,7 @@ def fair_share(ctx: Context, run: RunData, flows: list[str], from_s: float, to_s
                        "shares had not evened out; run it again",
                        "DCQCN's shares depend on when each QP's CNPs came, and evening them "
                        "out takes longer than this run: another run of the same scenario can "
-                       "differ (the lab sheet's question 3)")
+                       "differ (the lab sheet's question 5)")
     if idx < min_index or min(rates) == 0:
         return failed(msg, "all flows must be sending then, to one receiver, with DCQCN on")
     return passed(msg)
