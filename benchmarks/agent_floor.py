@@ -115,8 +115,11 @@ def bare_wakeup_us(loop: list[str], rate: float, seconds: float, rt_priority: in
 def agents_over(procs, seconds: float) -> list[dict]:
     """Each agent's wake-ups a second and CPU (of a core) over ``seconds``."""
     def snap() -> list[tuple[int, float, float]]:
-        return [(p.num_ctx_switches().voluntary, p.cpu_times().user, p.cpu_times().system)
-                for p in procs]
+        out = []
+        for p in procs:
+            t = p.cpu_times()
+            out.append((p.num_ctx_switches().voluntary, t.user, t.system))
+        return out
 
     a = snap()
     time.sleep(seconds)

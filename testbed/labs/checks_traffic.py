@@ -136,7 +136,7 @@ def dcqcn_reacted(ctx: Context, run: RunData, flows: list[str],
     """Every named flow's senders got CNPs and DCQCN cut their rate below the line rate."""
     if (bad := moved(run)) is not None:
         return bad
-    if not run.scenario.get("endpoints", {}).get("dcqcn", True):
+    if not _dcqcn_on(run):
         return failed("DCQCN is off in this run", "endpoints: {dcqcn: true}")
     line = run.host_rate_bps()
     for f in flows:
@@ -197,10 +197,14 @@ def fair_share(ctx: Context, run: RunData, flows: list[str], from_s: float, to_s
     return passed(msg)
 
 
+def _dcqcn_on(run: RunData) -> bool:
+    """The run's endpoints ran DCQCN (endpoints.dcqcn, on unless the scenario says off)."""
+    return bool(run.scenario.get("endpoints", {}).get("dcqcn", True))
+
+
 def _dcqcn_cut_each(run: RunData, flows: list[str]) -> bool:
     """DCQCN was on and every flow's sender received CNPs."""
-    return bool(run.scenario.get("endpoints", {}).get("dcqcn", True)) and all(
-        dcqcn_state(run, f)["cnps"] > 0 for f in flows)
+    return _dcqcn_on(run) and all(dcqcn_state(run, f)["cnps"] > 0 for f in flows)
 
 
 @check("victim_slowed")
