@@ -3,14 +3,14 @@ Python, or in C, could take it at the same number of wake-ups.
 
 #12 asks for the agents at 10% of a core or less under this incast. An agent sleeps in epoll
 and wakes for each PFC frame its switch receives or sends, each tick, resync and sample, and
-each pause that expires; most of its wake-ups then do a few microseconds of work. So its CPU
-is about its wake-ups times what a wake-up costs this machine. This benchmark measures both in
-one run: each agent's wake-ups a second (its voluntary context switches) and CPU while the
-incast runs, then, under the same incast, a bare loop that does nothing but wake in epoll
-for a datagram and read it, at the busiest agent's rate and scheduling, once as Python
-(the agents' own ``select.epoll`` and ``recv``) and once compiled from C (when a C compiler
-is installed). The agents' wake-ups a second times a bare wake-up's CPU is the floor of an
-agent in that language, whatever else it did better.
+each pause that expires. So its CPU is its wake-ups times what each costs: the bare wake-up
+(the kernel's and the loop's own) plus the work the wake-up then does. This benchmark measures
+both in one run, to tell the two apart: each agent's wake-ups a second (its voluntary context
+switches) and CPU while the incast runs, then, under the same incast, a bare loop that does
+nothing but wake in epoll for a datagram and read it, at the busiest agent's rate and
+scheduling, once as Python (the agents' own ``select.epoll`` and ``recv``) and once compiled
+from C (when a C compiler is installed). The agents' wake-ups a second times a bare wake-up's
+CPU is the floor of an agent in that language, whatever else it did better.
 
 Run as root: sudo .venv/bin/python benchmarks/agent_floor.py [--runs 3]
 Writes agent_floor.json and agent_floor.md to benchmarks/out.
@@ -37,7 +37,7 @@ GOAL_CORES = 0.10
 #: The bare loop, in Python: argv fd, seconds. It wakes in epoll for the datagrams on ``fd``,
 #: reads each, and prints how many it read, and its CPU time and wake-ups inside the loop.
 PY_LOOP = r"""
-import os, resource, select, socket, sys, time
+import resource, select, socket, sys, time
 s = socket.socket(fileno=int(sys.argv[1])); s.setblocking(False)
 ep = select.epoll(); ep.register(s.fileno(), select.EPOLLIN)
 r0 = resource.getrusage(resource.RUSAGE_SELF); end = time.monotonic() + float(sys.argv[2]); n = 0
