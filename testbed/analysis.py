@@ -190,37 +190,95 @@ def telemetry_summary(run_dir: Path) -> dict:
     }
 
 
+def _telemetry_whole(series: dict[QueueId, list[TelemetryRow]], switches: list[str] | None,
+                     why: dict[str, str]) -> bool:
+    """Whether every switch's agent wrote telemetry; if not, why the figures that come from
+    it are unknown."""
+    missing = sorted(set(switches or ()) - {q[0] for q in series})
+    if series and not missing:
+        return True
+    gap = (f"no telemetry from {', '.join(missing)} (its agent wrote none)" if missing
+           else "no switch telemetry at all (the agents wrote none)")
+    for name in ("lossless_drops", "phantom_below", "buffer_exceeded", "bmv2_lag",
+                 "agent_reaction"):
+        why.setdefault(name, gap)
+    return False
+
+
+def _cpu_saturated(run_dir: Path, cpu_busy_pct: float, why: dict[str, str]) -> float | None:
+    """The longest stretch with every core busy, None (and why) with no CPU samples."""
+    rows = run_cpu(run_dir)
+    if not rows:
+        why.setdefault("cpu_saturated", "no CPU samples (telemetry/cpu.csv is missing or empty)")
+        return None
+    return longest_run([(r.t_s, r.busy_pct) for r in rows], cpu_busy_pct)
+
+
 def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                      hidden_loss: int | None = None,
                      buffers: dict[QueueId, int] | None = None,
-                     host_loss: int | None = None) -> Figures:
-    """The figures the fidelity guard judges, from a results folder's telemetry (and the
-    hidden loss, which only the switches' counters tell). ``buffers``: each lossless queue's
-    configured buffer, to say how far past it a queue went."""
+                     host_loss: int | None = None, *,
+                     pipeline_drops: int | None = None,
+                     switches: list[str] | None = None,
+                     unmeasured: dict[str, str] | None = None) -> Figures:
+    """The figures the fidelity guard judges, from a results folder's telemetry (and what only
+    the running fabric could tell: the hidden loss and the pipeline's drops from the switches'
+    counters, the host loss from the endpoints). ``buffers``: each lossless queue's configured
+    buffer, to say how far past it a queue went. ``switches``: the fabric's, each of whose
+    agents must have written telemetry. ``unmeasured``: why a figure passed in as None is
+    missing (the caller's reasons).
+
+    A figure is zero when there was nothing to measure (no lossless packet passed, no pause
+    was applied) and None, with its reason, when there was and it was not measured."""
+    why = dict(unmeasured or {})
     series = load_telemetry(run_dir)
     events = run_events(run_dir)
-    # a queue the watchdog cut off with its drop action drops by design, not by accident
-    cut_off = {e.queue for e in events
-               if e.event == "storm_detected" and "action=drop" in e.detail}
-    over = [s.occupancy_max_bytes - buffers[q] for q, ss in series.items()
+    ok_series = _telemetry_whole(series, switches, why)
+    mine = {q: ss for q, ss in series.items() if q[2] in lossless and ss}
+    last = [ss[-1] for ss in mine.values()]
+    traffic = any(s.sent_packets for s in last)
+
+    def peak(values: list[int], what: str) -> int | None:
+        """The largest value; 0 with no lossless packet to measure; None when packets
+        passed and the program's views were never read."""
+        if values:
+            return max(values)
+        if not traffic:
+            return 0
+        why.setdefault(what, "lossless packets passed, but the P4 program's queue views "
+                             "were never read (BMv2's registers did not answer)")
+        return None
+
+    over = [s.occupancy_max_bytes - buffers[q] for q, ss in mine.items()
             if buffers and q in buffers for s in ss if s.occupancy_max_bytes is not None]
-    mine = [s for q, ss in series.items() if q[2] in lossless for s in ss]
-    last = [ss[-1] for q, ss in series.items() if q[2] in lossless and ss and q not in cut_off]
-    below = [s.phantom_below_max_bytes for s in mine if s.phantom_below_max_bytes is not None]
+    below = [s.phantom_below_max_bytes for ss in mine.values() for s in ss
+             if s.phantom_below_max_bytes is not None]
     lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
            if s.bmv2_lag_max_us is not None]
-    reactions = pause_reactions_us(run_dir, events)
-    cpu_rows = run_cpu(run_dir)
-    cpu = None
-    if cpu_rows is not None:
-        cpu = longest_run([(r.t_s, r.busy_pct) for r in cpu_rows], cpu_busy_pct)
+    pauses = [e for e in events if e.event == "pause"]
+    blind = sum(1 for e in pauses if e.reaction_us is None)
+    if blind:
+        why.setdefault("agent_reaction", f"{blind} pauses were applied without the frame's "
+                                         "kernel timestamp")
+    wd = sum(s.wd_dropped or 0 for s in last)
+    if ok_series and lossless and not last:
+        why.setdefault("lossless_drops", "the telemetry has no lossless queue")
+    exceeded = max(max(over), 0) if over else (0 if buffers and not traffic else None)
+    if exceeded is None:
+        why.setdefault("buffer_exceeded", "lossless packets passed, but no queue's occupancy "
+                                          "was read against its buffer")
     return Figures(
         pfc_enabled=bool(lossless),
-        lossless_drops=sum(s.drops for s in last) if last else None,
+        lossless_drops=sum(s.drops for s in last) - wd if ok_series and last else None,
+        pipeline_drops=pipeline_drops,
         hidden_loss=hidden_loss,
         host_loss=host_loss,
-        phantom_below_bytes=max(below) if below else None,
-        buffer_exceeded_bytes=max(max(over), 0) if over else None,
-        bmv2_lag_us=max(lag) if lag else None,
-        agent_reaction_us=max(reactions) if reactions else None,
-        cpu_saturated_s=cpu)
+        phantom_below_bytes=peak(below, "phantom_below") if ok_series else None,
+        buffer_exceeded_bytes=exceeded if ok_series else None,
+        bmv2_lag_us=peak(lag, "bmv2_lag") if ok_series else None,
+        agent_reaction_us=(max((int(e.reaction_us) for e in pauses
+                                if e.reaction_us is not None), default=0)
+                           if ok_series and not blind else None),
+        cpu_saturated_s=_cpu_saturated(run_dir, cpu_busy_pct, why),
+        watchdog_drops=wd if ok_series else None,
+        unmeasured=why)

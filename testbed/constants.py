@@ -94,9 +94,19 @@ def gate_class(major: int) -> int | None:
     tc = major - GATE_HANDLE_BASE
     return tc if 0 <= tc < NUM_TCS else None
 
-#: Go-Back-N's retransmission timer (IB's Local ACK Timeout), seconds, unless a QP or the
-#: scenario (endpoints.retransmit_timeout_ms) sets another.
-RTO_S = 0.5
+#: Go-Back-N's retransmission timer is IB's Local ACK Timeout (IBA spec, vol. 1, 9.7.6.1.3):
+#: 4.096 us x 2^n, n being the QP's ``timeout`` attribute (ibv_modify_qp). The emulation scales
+#: it to the link as it scales DCQCN's timers (traffic.dcqcn: x 40 Gbit/s / link rate), so
+#: that it stands to the emulated pauses and queues as a real one stands to real ones:
+#: n = 8 is 1.05 ms at 40 Gbit/s and 4.2 s at 10 Mbit/s, above the longest a lossless fabric
+#: of this testbed holds a packet (a seeded incast's 1.6 MB into one 10 Mbit/s port takes
+#: 1.3 s to drain), so that a lossless run resends nothing. The scenario's
+#: ``endpoints.local_ack_timeout`` sets another n.
+LOCAL_ACK_TIMEOUT = 8
+#: IB's retry count (the QP's ``retry_cnt``, 0..7): timeouts in a row without progress before
+#: the QP gives up and goes to the error state (a work completion IBV_WC_RETRY_EXC_ERR). 7, the
+#: largest, is what NCCL sets (NCCL_IB_RETRY_CNT).
+RETRY_COUNT = 7
 
 
 def port_tc_cell(port: int, tc: int) -> int:

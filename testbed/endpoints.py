@@ -34,8 +34,10 @@ class EndpointPool:
         self.t0 = t0  # the run's clock: the endpoints' series count seconds from it
         self.clients: dict = {}  # host name -> traffic.client.EndpointClient
         self.procs: list[subprocess.Popen] = []
-        #: Frames the endpoints lost at their own sockets, read as they stop.
-        self.host_loss: int | None = None
+        #: Frames the endpoints lost at their own sockets, read as they stop: none until one
+        #: says so; None, with ``host_loss_unknown`` saying why, once one could not be read.
+        self.host_loss: int | None = 0
+        self.host_loss_unknown: str | None = None
 
     def socket(self, host: str) -> Path:
         """The endpoint's control socket."""
@@ -70,16 +72,22 @@ class EndpointPool:
 
     def read_host_loss(self) -> None:
         """Frames the endpoints lost at their own sockets (a receive buffer that overflowed, a
-        send the kernel refused): a host that did not keep up, like a NIC's RX overflow."""
+        send the kernel refused): a host that did not keep up, like a NIC's RX overflow. An
+        endpoint that does not answer (it died) makes the figure unknown, never zero."""
+        from testbed.control import one_line
+
         lost = 0
-        for c in self.clients.values():
+        for host, c in self.clients.items():
             try:
                 st = c.call(cmd="stats")["stats"]
-            except Exception:  # an endpoint already gone: the figure stays unknown
+            except Exception as exc:  # an endpoint already gone: the figure is unknown
+                self.host_loss = None
+                self.host_loss_unknown = (f"the endpoint of {host} did not answer "
+                                          f"({one_line(exc)}): what it lost is not known")
                 return
             lost += st.get("rx_socket_drops", 0) + st.get("send_errors", 0)
-        if self.clients:
-            self.host_loss = (self.host_loss or 0) + lost
+        if self.host_loss is not None:
+            self.host_loss += lost
 
     def stop(self) -> None:
         """Read the host loss, then ask each endpoint to stop, and wait for it."""

@@ -194,7 +194,8 @@ class Fabric:
         self.agent_pool.stop()
         self.run.stop_cpu_sampler()
         if had_agents:
-            self.run.write_telemetry_summary(self.host_loss)
+            self.run.write_telemetry_summary(self.host_loss,
+                                             self.endpoint_pool.host_loss_unknown)
         for s in self.sessions.values():
             s.close()
         self.sessions = {}

@@ -103,6 +103,15 @@ def rx_counters(fabric, switch: str) -> dict[int, PortCounters]:
                             p4_rx_packets=p4_rx.get(p, (0, 0))[0]) for p in ports}
 
 
+def pipeline_drops(fabric, switch: str) -> dict[tuple[int, int], int]:
+    """The P4 program's own drops, (port, reason) -> packets (testbed.constants.DROP_REASONS;
+    DROP_PFC_CONSUMED is not a loss)."""
+    ports = list(fabric.topo.switch(switch).ports)
+    name = "RoceIngress.drops"
+    return _split(fabric.sessions[switch].read_counter(name, counter_cells(name, ports)),
+                  NUM_DROP_REASONS)
+
+
 def switch_counters(fabric, switch: str) -> SwitchCounters:
     sess = fabric.sessions[switch]
     pcs = rx_counters(fabric, switch)
@@ -118,7 +127,7 @@ def switch_counters(fabric, switch: str) -> SwitchCounters:
         pc.p4_tx_packets = p4_tx.get(p, (0, 0))[0]
     return SwitchCounters(
         ports=pcs,
-        drops=_split(read("RoceIngress.drops"), NUM_DROP_REASONS),
+        drops=pipeline_drops(fabric, switch),
         pfc_tx=_split(read("RoceEgress.pfc_egress.pfc_tx"), NUM_TCS),
         pfc_rx=_split(read("RoceIngress.pfc_rx"), NUM_TCS),
         ecn_marked=_split(read("RoceIngress.lossless.ecn_marked"), NUM_TCS),

@@ -87,6 +87,7 @@ class QueueState:
     storms: int = 0
     dropped: int = 0  # packets discarded by the drop action during the current or last storm
     drops_base: int = 0  # the queue's drop counter when the current storm was detected
+    dropped_before: int = 0  # packets the drop action discarded in the storms before that one
 
     @property
     def detection_left_ms(self) -> int:
@@ -174,6 +175,19 @@ class PfcWatchdog:
         q = self.queues.get((port, tc))
         return q is not None and q.storm
 
+    def dropped_total(self, port: int, tc: int, drops_now: int) -> int:
+        """Every packet the drop action discarded on (port, tc) so far, given the queue's
+        cumulative drop counter now: in a storm, all the queue dropped since its detection (the
+        purged backlog is in that counter too); else what the storms before dropped. The rest
+        of a lossless queue's drops are not the watchdog's: the fidelity guard counts them as
+        losses (testbed.fidelity, ``lossless_drops``)."""
+        q = self.queues.get((port, tc))
+        if q is None:
+            return 0
+        if q.storm and self.action == "drop":
+            return q.dropped_before + max(q.dropped, drops_now - q.drops_base)
+        return q.dropped_before + q.dropped
+
     def poll(self, now: float, queues: Mapping[Queue, QueueObservation]) -> list[Action]:
         """One polling interval: judge every watched queue that has an observation.
 
@@ -207,6 +221,7 @@ class PfcWatchdog:
         if cfg.action == "drop":
             # the purged backlog counts as dropped, and so does whatever the queue drops from
             # now on (its counters are cumulative across the purge)
+            q.dropped_before += q.dropped
             q.dropped = obs.backlog_packets
             q.drops_base = obs.drops
         return StormDetected(key[0], key[1], cfg.action, now, obs.backlog_packets)

@@ -81,6 +81,10 @@ class Run:
         self.t0 = time.monotonic()
         #: Frames lost in front of BMv2 over the whole run, read as the fabric stops.
         self.hidden_loss: int | None = None
+        #: Packets the P4 programs discarded themselves, read as the fabric stops.
+        self.pipeline_drops: int | None = None
+        #: Why a figure of the fidelity guard is unknown (by its check's name).
+        self.unmeasured: dict[str, str] = {}
         self._cpu = None  # testbed.cpuload.CpuSampler while agents run
         self.opened = False  # open() recorded this run
         #: The BMv2 build the switches ran ({"build", "binary"}), set as they start.
@@ -117,45 +121,75 @@ class Run:
 
     # -- end ------------------------------------------------------------------------------
     def read_hidden_loss(self, fabric) -> None:
-        """Frames the switches' veths received that their P4 programs never saw, summed over
-        every port, while the switches still run. ``fabric``: what testbed.measure reads (its
-        topo, net and sessions)."""
+        """While the switches still run: the frames their veths received that their P4
+        programs never saw, summed over every port, and the packets the programs discarded
+        themselves (every drop reason but the PFC frames a switch consumes). ``fabric``: what
+        testbed.measure reads (its topo, net and sessions). A figure that cannot be read is
+        left unknown, with why (:attr:`unmeasured`)."""
         if not fabric.sessions or fabric.net is None:
+            self.unmeasured.update(dict.fromkeys(
+                ("hidden_loss", "pipeline_drops"), "the switches were not running to be read"))
             return
-        from testbed.measure import rx_counters
+        from testbed.constants import DROP_PFC_CONSUMED
+        from testbed.control import one_line
+        from testbed.measure import pipeline_drops, rx_counters
 
         try:
             counters = {s.name: rx_counters(fabric, s.name) for s in fabric.topo.switches}
-        except Exception as exc:  # a switch already gone: the figure stays unknown
-            from testbed.control import one_line
-
-            self.progress(f"hidden loss not read: {one_line(exc)}")
+            self.pipeline_drops = sum(v for s in fabric.topo.switches
+                                      for (_p, why), v in pipeline_drops(fabric, s.name).items()
+                                      if why != DROP_PFC_CONSUMED)
+        except Exception as exc:  # a switch already gone: the figures stay unknown
+            self.progress(f"switch counters not read: {one_line(exc)}")
+            self.unmeasured.setdefault("hidden_loss", f"the switches' counters could not be "
+                                                      f"read ({one_line(exc)})")
+            self.unmeasured.setdefault("pipeline_drops", self.unmeasured["hidden_loss"])
+            return
+        gone = sorted(f"{sw}:{n}" for sw, ports in counters.items() for n, pc in ports.items()
+                      if pc.veth_rx_packets < 0)
+        if gone:
+            self.unmeasured["hidden_loss"] = (f"no veth to read at {', '.join(gone)}: what "
+                                              "reached those ports is not known")
             return
         self.hidden_loss = sum(max(pc.hidden_loss, 0) for ports in counters.values()
-                               for pc in ports.values() if pc.veth_rx_packets >= 0)
+                               for pc in ports.values())
 
     def stop_cpu_sampler(self) -> None:
         if self._cpu is not None:
             self._cpu.stop()
             self._cpu = None
 
-    def write_telemetry_summary(self, host_loss: int | None) -> None:
+    def write_telemetry_summary(self, host_loss: int | None,
+                                host_loss_unknown: str | None = None) -> None:
         """telemetry/summary.json beside the agents' CSVs, with the fidelity guard's verdict:
-        a failed run keeps it too. ``host_loss``: what the endpoints lost at their sockets."""
+        a failed run keeps it too. ``host_loss``: what the endpoints lost at their sockets
+        (None: unknown, ``host_loss_unknown`` says why). When the figures cannot be gathered
+        at all, the file still says so: a verdict that is not ok, with why."""
         from testbed.analysis import fidelity_figures, telemetry_summary
-        from testbed.fidelity import assess
+        from testbed.fidelity import assess, unmade
 
         out = self.results_dir / "telemetry" / "summary.json"
+        why = dict(self.unmeasured)
+        if host_loss is None:
+            why["host_loss"] = host_loss_unknown or "the endpoints' losses were not read"
         try:
             summary = telemetry_summary(self.results_dir)
             figs = fidelity_figures(self.results_dir, list(self.cfg.qos.pfc_enable),
                                     self.cfg.fidelity.cpu_busy_pct, self.hidden_loss,
-                                    lossless_buffers(self.cfg, self.topo), host_loss)
+                                    lossless_buffers(self.cfg, self.topo), host_loss,
+                                    pipeline_drops=self.pipeline_drops,
+                                    switches=[s.name for s in self.topo.switches],
+                                    unmeasured=why)
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
-            summary["bmv2"] = self.bmv2
-            summary["agents"] = self.agents
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # a killed agent's half CSV
+            self.progress(f"telemetry summary not made: {exc}")
+            summary = {"fidelity": unmade(f"its telemetry could not be read ({exc})")}
+        summary["bmv2"] = self.bmv2
+        summary["agents"] = self.agents
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(summary, indent=2))
-        except (OSError, ValueError, KeyError) as exc:  # a half-written CSV of a killed agent
+        except OSError as exc:
             self.progress(f"telemetry summary not written: {exc}")
 
     def close(self) -> None:

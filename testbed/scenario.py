@@ -7,7 +7,7 @@ fidelity), plus:
     duration_s: 20            # the run ends here (senders stop, counters are read)
     settle_s: 2               # then this long with no traffic, to see what stays stuck
     endpoints: {dcqcn: true}  # the hosts' RoCE NICs; dcqcn_profile: paper | connectx,
-                              # retransmit_timeout_ms: 500
+                              # local_ack_timeout: 8, retry_count: 7
     routes:                   # static overrides: path pinning, bounce routes
       - {switch: leaf1, prefix: 10.0.3.0/24, via: spine1}
     flows:                    # traffic.flows.FlowSpec
@@ -47,7 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed.config import ConfigError, FabricConfig
-from testbed.constants import RTO_S
+from testbed.constants import LOCAL_ACK_TIMEOUT, RETRY_COUNT
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowSpec
@@ -115,13 +115,25 @@ class EndpointOptions(BaseModel):
     #: traffic.dcqcn.PROFILES: paper (Zhu et al. 2015, the default) or connectx (NVIDIA's
     #: defaults), both scaled to the link; the receivers' CNP interval follows it too.
     dcqcn_profile: Literal["paper", "connectx"] | None = None
-    #: Go-Back-N's retransmission timer: IB's Local ACK Timeout (4.096 us x 2^n; n = 14, 67 ms,
-    #: is a usual ConnectX setting). A real one is thousands of times the longest a lossless
-    #: fabric holds a packet; at emulation scale that hold is hundreds of milliseconds (an
-    #: incast whose messages take longer than the timer to cross the receiver's link), and a
-    #: timer shorter than it resends packets that were never lost. Longer makes a lost tail
-    #: packet (lossy runs) cost more time. Time the NIC spends paused does not count.
-    retransmit_timeout_ms: float = Field(RTO_S * 1000, gt=0, le=60_000)
+    #: Go-Back-N's retransmission timer: IB's Local ACK Timeout exponent n, the QP's
+    #: ``timeout`` attribute: 4.096 us x 2^n at 40 Gbit/s, scaled to the link as DCQCN's
+    #: timers are (x 4000 at 10 Mbit/s; testbed.constants.LOCAL_ACK_TIMEOUT says why 8). A
+    #: timer shorter than the longest the fabric holds a packet resends packets that were never
+    #: lost; a longer one makes a lost tail packet (lossy runs) cost more time. Time the NIC
+    #: spends paused does not count.
+    local_ack_timeout: int = Field(LOCAL_ACK_TIMEOUT, ge=1, le=31)
+    #: IB's retry_cnt: timeouts in a row without progress before a QP goes to the error state
+    #: and flushes its messages (7, the largest, is NCCL's NCCL_IB_RETRY_CNT).
+    retry_count: int = Field(RETRY_COUNT, ge=0, le=7)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_fixed_timer(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "retransmit_timeout_ms" in data:
+            raise ValueError("retransmit_timeout_ms is gone: the timer is IB's Local ACK "
+                             "Timeout scaled to the link; set local_ack_timeout (n: 4.096 us "
+                             "x 2^n at 40 Gbit/s, default 8)")
+        return data
 
     @model_validator(mode="after")
     def _profile_needs_dcqcn(self) -> EndpointOptions:
@@ -132,7 +144,8 @@ class EndpointOptions(BaseModel):
 
     def args(self) -> list[str]:
         """The endpoints' command-line arguments for these options."""
-        rto = ["--rto-ms", repr(self.retransmit_timeout_ms)]
+        rto = ["--local-ack-timeout", str(self.local_ack_timeout),
+               "--retry-count", str(self.retry_count)]
         if not self.dcqcn:
             return ["--no-dcqcn", *rto]
         return (["--dcqcn-profile", self.dcqcn_profile] if self.dcqcn_profile else []) + rto

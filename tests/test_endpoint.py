@@ -247,14 +247,15 @@ def test_a_pause_longer_than_the_timeout_resends_nothing(tmp_path: Path) -> None
     assert resp["duplicates"] == 0 and resp["out_of_order"] == 0, resp
 
 
-@pytest.mark.parametrize(("rto_ms", "timed_out"), [(300, True), (2000, False)])
-def test_the_retransmit_timeout_set_reaches_the_qps(tmp_path: Path, rto_ms: int,
-                                                    timed_out: bool) -> None:
+@pytest.mark.parametrize(("n", "timed_out"), [(4, True), (7, False)])
+def test_the_local_ack_timeout_set_reaches_the_qps(tmp_path: Path, n: int,
+                                                   timed_out: bool) -> None:
     """Only the receiver is paused (about a second), so its ACKs wait while the sender is free:
-    that wait counts toward the sender's timer, set with --rto-ms (the scenario's
-    endpoints.retransmit_timeout_ms)."""
+    that wait counts toward the sender's timer, IB's Local ACK Timeout set with
+    --local-ack-timeout (the scenario's endpoints.local_ack_timeout), scaled to the 10 Mbit/s
+    link: n = 4 is 0.26 s, n = 7 is 2.1 s."""
     with host_pair(tmp_path, line_mbps=10) as hp:
-        a, _b, q3 = _writing_then_paused(hp, ["b"], "--rto-ms", str(rto_ms))
+        a, _b, q3 = _writing_then_paused(hp, ["b"], "--local-ack-timeout", str(n))
         time.sleep(1.5)
         qp = a.call(cmd="stats")["qps"][str(q3)]
     assert (qp["timeouts"] > 0) is timed_out, qp

@@ -55,31 +55,46 @@ def test_scenario_rx_loss_fault_needs_a_rate() -> None:
     assert (sc.extras.faults[0].rate, sc.extras.faults[0].seed) == (0.05, 7)
 
 
+#: The endpoints' timer arguments of a scenario that sets none: the defaults.
+TIMER = ["--local-ack-timeout", "8", "--retry-count", "7"]
+
+
 def test_dcqcn_profile_reaches_the_endpoints_arguments() -> None:
     sc = parse_scenario({**BASE, "endpoints": {"dcqcn_profile": "connectx"}})
     args = sc.extras.endpoints.args()
-    assert args == ["--dcqcn-profile", "connectx", "--rto-ms", "500.0"]
+    assert args == ["--dcqcn-profile", "connectx", *TIMER]
     cfg = config_from_args(build_parser().parse_args(
         ["--intf", "h1-eth0", "--mac", "02:00:00:00:00:01", "--ip", "10.0.1.1",
          "--next-hop-mac", "02:00:00:00:00:02", "--control", "/tmp/x.ep", "--out", "/tmp/x",
          *args]))
     assert cfg.dcqcn_profile == "connectx"
     assert DcqcnParams.scaled(cfg.line_rate_bps, cfg.dcqcn_profile).clamp_target is False
-    assert parse_scenario(BASE).extras.endpoints.args() == ["--rto-ms", "500.0"]
+    assert parse_scenario(BASE).extras.endpoints.args() == [*TIMER]
     assert parse_scenario({**BASE, "endpoints": {"dcqcn": False}}).extras.endpoints.args() \
-        == ["--no-dcqcn", "--rto-ms", "500.0"]
+        == ["--no-dcqcn", *TIMER]
 
 
-def test_retransmit_timeout_reaches_every_qp_of_the_endpoints() -> None:
-    sc = parse_scenario({**BASE, "endpoints": {"retransmit_timeout_ms": 2000}})
-    cfg = config_from_args(build_parser().parse_args(
-        ["--intf", "h1-eth0", "--mac", "02:00:00:00:00:01", "--ip", "10.0.1.1",
-         "--next-hop-mac", "02:00:00:00:00:02", "--control", "/tmp/x.ep", "--out", "/tmp/x",
-         *sc.extras.endpoints.args()]))
-    assert cfg.rto_s == 2.0
+def test_local_ack_timeout_reaches_every_qp_scaled_to_the_link() -> None:
+    """endpoints.local_ack_timeout is IB's exponent n: 4.096 us x 2^n at 40 Gbit/s, times
+    4000 at 10 Mbit/s (as DCQCN's timers), and half that at 20 Mbit/s; retry_count goes along."""
+    sc = parse_scenario({**BASE, "endpoints": {"local_ack_timeout": 9, "retry_count": 3}})
+    base = ["--intf", "h1-eth0", "--mac", "02:00:00:00:00:01", "--ip", "10.0.1.1",
+            "--next-hop-mac", "02:00:00:00:00:02", "--control", "/tmp/x.ep", "--out", "/tmp/x"]
+    cfg = config_from_args(build_parser().parse_args([*base, *sc.extras.endpoints.args()]))
+    assert cfg.rto_s == pytest.approx(4.096e-6 * 512 * 4000)  # 8.4 s
+    assert cfg.retry_count == 3
+    fast = config_from_args(build_parser().parse_args(
+        [*base, "--line-rate-mbps", "20", *sc.extras.endpoints.args()]))
+    assert fast.rto_s == pytest.approx(cfg.rto_s / 2)
+    default = config_from_args(build_parser().parse_args(base))
+    assert default.rto_s == pytest.approx(4.096e-6 * 256 * 4000) and default.retry_count == 7
+    for bad in ({"local_ack_timeout": 0}, {"retry_count": 8}):
+        with pytest.raises(ConfigError) as info:
+            parse_scenario({**BASE, "endpoints": bad})
+        assert f"endpoints.{next(iter(bad))}" in info.value.render()
     with pytest.raises(ConfigError) as info:
-        parse_scenario({**BASE, "endpoints": {"retransmit_timeout_ms": 0}})
-    assert "endpoints.retransmit_timeout_ms" in info.value.render()
+        parse_scenario({**BASE, "endpoints": {"retransmit_timeout_ms": 2000}})
+    assert "set local_ack_timeout" in info.value.render()
 
 
 def test_dcqcn_profile_without_dcqcn_is_refused() -> None:

@@ -27,23 +27,30 @@ from testbed.results import (
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, bmv2_lag_us=50_000,
                  cpu_saturated_s=1.0)
-GOOD = Figures(pfc_enabled=True, lossless_drops=0, hidden_loss=0, host_loss=0,
-               phantom_below_bytes=3000,
-               buffer_exceeded_bytes=0, bmv2_lag_us=5000, agent_reaction_us=900,
-               cpu_saturated_s=0.2)
+GOOD = Figures(pfc_enabled=True, lossless_drops=0, pipeline_drops=0, hidden_loss=0,
+               host_loss=0, phantom_below_bytes=3000, buffer_exceeded_bytes=0,
+               bmv2_lag_us=5000, agent_reaction_us=900, cpu_saturated_s=0.2)
+EVERY_CHECK = {"lossless_drops", "pipeline_drops", "hidden_loss", "host_loss", "buffer_exceeded",
+               "phantom_below", "bmv2_lag", "agent_reaction", "cpu_saturated"}
+#: Figures passed in by name -> the check they feed.
+FIELD_CHECK = {"lossless_drops": "lossless_drops", "pipeline_drops": "pipeline_drops",
+               "hidden_loss": "hidden_loss", "host_loss": "host_loss",
+               "phantom_below_bytes": "phantom_below", "buffer_exceeded_bytes": "buffer_exceeded",
+               "bmv2_lag_us": "bmv2_lag", "agent_reaction_us": "agent_reaction",
+               "cpu_saturated_s": "cpu_saturated"}
 
 
 def test_a_faithful_run_passes_every_check() -> None:
     v = assess(GOOD, BUDGET)
-    assert v["ok"] and v["reasons"] == []
-    assert {c["name"] for c in v["checks"]} == {
-        "lossless_drops", "hidden_loss", "host_loss", "buffer_exceeded", "phantom_below",
-        "bmv2_lag", "agent_reaction", "cpu_saturated"}
+    assert v["ok"] and v["reasons"] == [] and v["unknown"] == []
+    assert {c["name"] for c in v["checks"]} == EVERY_CHECK
+    assert all(c["status"] == "ok" for c in v["checks"])
     assert lines(v)[0].startswith("FIDELITY OK")
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
     ("lossless_drops", 3, "3 packets dropped in a lossless class"),
+    ("pipeline_drops", 2, "2 packets discarded by the P4 program itself"),
     ("hidden_loss", 12, "12 frames lost in front of BMv2"),
     ("host_loss", 4, "4 frames lost at the hosts' own sockets"),
     ("phantom_below_bytes", 40_001, "40001 bytes below the real occupancy"),
@@ -53,18 +60,47 @@ def test_a_faithful_run_passes_every_check() -> None:
     ("cpu_saturated_s", 1.5, "busy for 1.5 s at a stretch"),
 ])
 def test_each_check_flags_its_condition(field: str, value: float, words: str) -> None:
-    v = assess(Figures(**{**GOOD.__dict__, field: value}), BUDGET)
+    v = assess(replace(GOOD, **{field: value}), BUDGET)
     assert not v["ok"]
     assert len(v["reasons"]) == 1 and words in v["reasons"][0], v["reasons"]
     text = lines(v)
     assert text[0].startswith("FIDELITY NOT OK") and words in text[1]
 
 
-def test_lossless_checks_only_with_pfc_and_unmeasured_figures_are_not_judged() -> None:
-    lossy = Figures(pfc_enabled=False, lossless_drops=500, hidden_loss=0, bmv2_lag_us=99_000)
+@pytest.mark.parametrize("field", sorted(FIELD_CHECK))
+def test_an_unmeasured_figure_is_unknown_and_not_ok(field: str) -> None:
+    """Unknown is not ok: a figure not measured makes its check unknown, the run not faithful,
+    and the verdict says which figure is missing and why."""
+    fig = replace(GOOD, **{field: None}, unmeasured={FIELD_CHECK[field]: "the dog ate it"})
+    v = assess(fig, BUDGET)
+    assert not v["ok"] and v["unknown"] == [FIELD_CHECK[field]]
+    assert v["reasons"] == [f"{FIELD_CHECK[field]} unknown: the dog ate it"]
+    check = next(c for c in v["checks"] if c["name"] == FIELD_CHECK[field])
+    assert check["status"] == "unknown" and check["value"] is None
+    text = lines(v)
+    assert text[0].startswith("FIDELITY UNKNOWN") and "the dog ate it" in text[1]
+
+
+def test_lossless_checks_only_with_pfc_and_nothing_measured_is_not_ok() -> None:
+    lossy = Figures(pfc_enabled=False, lossless_drops=500, pipeline_drops=0, hidden_loss=0,
+                    host_loss=0, bmv2_lag_us=99_000, cpu_saturated_s=0.0)
     v = assess(lossy, BUDGET)
-    assert v["ok"] and [c["name"] for c in v["checks"]] == ["hidden_loss"]  # host_loss unknown
-    assert assess(Figures(pfc_enabled=True), BUDGET)["checks"] == []
+    assert v["ok"], v
+    assert {c["name"] for c in v["checks"]} == {"pipeline_drops", "hidden_loss", "host_loss",
+                                                "cpu_saturated"}
+    nothing = assess(Figures(pfc_enabled=True), BUDGET)
+    assert not nothing["ok"] and set(nothing["unknown"]) == EVERY_CHECK
+
+
+def test_a_missing_verdict_is_not_faithful() -> None:
+    from testbed.fidelity import unmade, verdict_problem
+
+    assert verdict_problem(assess(GOOD, BUDGET)) is None
+    assert "no fidelity verdict" in verdict_problem(None)
+    assert "no fidelity verdict" in verdict_problem({})
+    made = unmade("its telemetry could not be read (bad CSV)")
+    assert not made["ok"] and "bad CSV" in verdict_problem(made)
+    assert lines(None)[0].startswith("FIDELITY UNKNOWN")
 
 
 def test_longest_saturated_stretch() -> None:
@@ -89,32 +125,99 @@ def _sample(t_s: float, tc: int, drops: int, **lossless: int) -> TelemetryRow:
                         **lossless)
 
 
-def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
+def _folder(tmp_path: Path, rows: list[TelemetryRow], events: list[EventRow],
+            cpu: bool = True) -> Path:
     tel = tmp_path / "telemetry"
     tel.mkdir()
     with telemetry_writer(tel, "leaf1") as w:
-        for row in [_sample(1.0, 3, 0, phantom_below_max_bytes=700,
-                            occupancy_max_bytes=150_000, bmv2_lag_max_us=3000),
-                    _sample(1.1, 3, 2, phantom_below_max_bytes=4200,
-                            occupancy_max_bytes=90_000, bmv2_lag_max_us=9000),
-                    _sample(1.1, 0, 50, bmv2_lag_max_us=9000),
-                    # a queue the watchdog cut off with its drop action: its drops are its own
-                    replace(_sample(1.1, 3, 40), port=2)]:
+        for row in rows:
             w.write(row)
     with events_writer(tel, "leaf1") as w:
-        for t, what, quanta, us in [(1.0, "pause", 65535, 800), (1.2, "resume", 0, 1900),
-                                    (1.3, "pause", 65535, 1200)]:
-            w.write(EventRow(t, "leaf1", 1, 3, what, quanta, us))
-        w.write(EventRow(1.05, "leaf1", 2, 3, "storm_detected", 0, None,
-                         "action=drop backlog_packets=30"))
-    with cpu_writer(tel / "cpu.csv") as w:
-        for t in range(5):
-            w.write(CpuRow(t / 10, 99, 99))
+        for e in events:
+            w.write(e)
+    if cpu:
+        with cpu_writer(tel / "cpu.csv") as w:
+            for t in range(5):
+                w.write(CpuRow(t / 10, 99, 99))
+    return tmp_path
+
+
+def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
+    """Every figure from the folder; of the drops of a queue the watchdog cut off, only what
+    its drop action discarded (wd_dropped) is excused: the rest (here 10, dropped before the
+    detection) count."""
+    rows = [_sample(1.0, 3, 0, phantom_below_max_bytes=700,
+                    occupancy_max_bytes=150_000, bmv2_lag_max_us=3000),
+            replace(_sample(1.1, 3, 2, phantom_below_max_bytes=4200,
+                            occupancy_max_bytes=90_000, bmv2_lag_max_us=9000),
+                    sent_packets=40),
+            _sample(1.1, 0, 50, bmv2_lag_max_us=9000),
+            replace(_sample(1.1, 3, 40, wd_dropped=30), port=2)]
+    events = [EventRow(t, "leaf1", 1, 3, what, quanta, us)
+              for t, what, quanta, us in [(1.0, "pause", 65535, 800), (1.2, "resume", 0, 1900),
+                                          (1.3, "pause", 65535, 1200)]]
+    events.append(EventRow(1.05, "leaf1", 2, 3, "storm_detected", 0, None,
+                           "action=drop backlog_packets=30"))
+    _folder(tmp_path, rows, events)
     f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0,
-                         buffers={("leaf1", 1, 3): 140_000}, host_loss=3)
-    assert f == Figures(pfc_enabled=True, lossless_drops=2, hidden_loss=0, host_loss=3,
-                        phantom_below_bytes=4200, buffer_exceeded_bytes=10_000, bmv2_lag_us=9000,
-                        agent_reaction_us=1200, cpu_saturated_s=0.4)
+                         buffers={("leaf1", 1, 3): 140_000}, host_loss=3, pipeline_drops=0,
+                         switches=["leaf1"])
+    assert f == Figures(pfc_enabled=True, lossless_drops=12, pipeline_drops=0, hidden_loss=0,
+                        host_loss=3, phantom_below_bytes=4200, buffer_exceeded_bytes=10_000,
+                        bmv2_lag_us=9000, agent_reaction_us=1200, cpu_saturated_s=0.4,
+                        watchdog_drops=30)
+
+
+def test_no_lossless_packet_to_measure_is_zero_not_unknown(tmp_path: Path) -> None:
+    _folder(tmp_path, [_sample(1.0, 3, 0), _sample(1.0, 0, 0)], [])
+    f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0,
+                         buffers={("leaf1", 1, 3): 140_000}, host_loss=0, pipeline_drops=0,
+                         switches=["leaf1"])
+    assert assess(f, BUDGET)["ok"], assess(f, BUDGET)
+    assert (f.phantom_below_bytes, f.buffer_exceeded_bytes, f.bmv2_lag_us,
+            f.agent_reaction_us, f.lossless_drops) == (0, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize(("case", "check", "words"), [
+    ("agent_missing", "lossless_drops", "no telemetry from spine1"),
+    ("no_cpu", "cpu_saturated", "no CPU samples"),
+    ("blind_pause", "agent_reaction", "1 pauses were applied without the frame's kernel"),
+    ("views_never_read", "phantom_below", "queue views were never read"),
+])
+def test_each_gap_in_the_folder_is_unknown_with_why(tmp_path: Path, case: str, check: str,
+                                                    words: str) -> None:
+    busy = replace(_sample(1.0, 3, 0), sent_packets=10)
+    measured = replace(busy, phantom_below_max_bytes=10, occupancy_max_bytes=10,
+                       bmv2_lag_max_us=10)
+    rows = [busy] if case == "views_never_read" else [measured]
+    events = [EventRow(1.0, "leaf1", 1, 3, "pause", 100, None if case == "blind_pause" else 5)]
+    _folder(tmp_path, rows, events, cpu=case != "no_cpu")
+    switches = ["leaf1", "spine1"] if case == "agent_missing" else ["leaf1"]
+    f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0,
+                         buffers={("leaf1", 1, 3): 140_000}, host_loss=0, pipeline_drops=0,
+                         switches=switches)
+    v = assess(f, BUDGET)
+    assert not v["ok"] and check in v["unknown"], v
+    assert any(words in r for r in v["reasons"]), v["reasons"]
+
+
+def test_a_summary_that_cannot_be_made_still_says_not_ok(tmp_path: Path) -> None:
+    """A run whose telemetry cannot be read (a killed agent's half-written CSV) still gets a
+    telemetry summary, whose verdict is not ok and says why."""
+    from testbed.config import FabricConfig
+    from testbed.run import Run
+    from testbed.topology import build_topology
+
+    cfg = FabricConfig.model_validate({"name": "gap",
+                                       "fabric": {"spines": 1, "leaves": 2,
+                                                  "hosts_per_leaf": 1}})
+    run = Run(cfg, build_topology(cfg), tmp_path)
+    tel = tmp_path / "telemetry"
+    tel.mkdir()
+    (tel / "leaf1.telemetry.csv").write_text("t_s,switch,port,tc,backlog_bytes\n1.0,leaf1,x\n")
+    run.write_telemetry_summary(host_loss=None, host_loss_unknown="h2 did not answer")
+    verdict = json.loads((tel / "summary.json").read_text())["fidelity"]
+    assert verdict["ok"] is False and "could not judge this run" in verdict["reasons"][0]
 
 
 SCENARIO = """

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from traffic.packets import (
     ACK,
     SYNDROME_ACK,
@@ -15,7 +17,7 @@ from traffic.packets import (
     RoceFrameBuilder,
     parse_roce,
 )
-from traffic.qp import Requester, Responder
+from traffic.qp import Requester, Responder, local_ack_timeout_s
 
 B = RoceFrameBuilder("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.1.1", "10.0.2.1", 50000)
 ACKB = RoceFrameBuilder("02:00:00:00:00:02", "02:00:00:00:00:01", "10.0.2.1", "10.0.1.1", 50000)
@@ -199,3 +201,43 @@ def test_checked_only_when_timeout_at_says_the_timer_fires_as_checked_every_ms()
     assert fired[id(lazy)] == fired[id(every)]
     assert looks < i / 5
     assert lazy.timeout_at(now) == float("inf")  # idle: no timer
+
+
+def test_out_of_retries_the_qp_fails_and_flushes_what_was_posted() -> None:
+    """IB's retry count: retry_count timeouts in a row with no ACK are resent; the next one
+    puts the QP in the error state, its messages flushed unsent, and what is posted after is
+    flushed too. An ACK that moves restarts the count."""
+    req = Requester(1, 2, B, mtu=100, rto_s=0.5, retry_count=2)
+    req.post("write", 300, 0.0)
+    req.post("write", 100, 0.0)
+    while req.next_frame(0.0) is not None:
+        pass
+    assert req.check_timeout(0.6, paused_s=0.0)  # retry 1
+    assert req.check_timeout(1.2, paused_s=0.0)  # retry 2
+    assert not req.failed
+    assert not req.check_timeout(1.8, paused_s=0.0)  # a third: out of retries
+    assert req.failed and req.idle and req.stats.retry_exceeded == 1
+    assert req.stats.timeouts == 3 and req.stats.messages_flushed == 2
+    req.post("write", 100, 2.0)
+    assert req.idle and req.next_frame(2.0) is None and req.stats.messages_flushed == 3
+
+
+def test_progress_restarts_the_retry_count() -> None:
+    req = Requester(1, 2, B, mtu=100, rto_s=0.5, retry_count=1)
+    resp = Responder(2, 1)
+    req.post("write", 100, 0.0)
+    req.post("write", 100, 0.0)
+    first, _seg = req.next_frame(0.0)
+    req.next_frame(0.0)
+    assert req.check_timeout(0.6, paused_s=0.0)  # retry 1 of 1
+    syn, psn, msn = resp.on_data(parse_roce(first))
+    req.on_ack(parse_roce(ACKB.frame(0x11, req.qpn, psn, ext=ACKB.aeth(syn, msn))), 0.7)
+    assert req.check_timeout(1.3, paused_s=0.0)  # the count started over at the ACK
+    assert not req.failed
+
+
+def test_the_local_ack_timeout_is_ibs_scaled_to_the_link() -> None:
+    assert local_ack_timeout_s(14, 40e9) == 4.096e-6 * 2 ** 14  # 67 ms, unscaled at 40 Gbit/s
+    assert local_ack_timeout_s(8, 10e6) == pytest.approx(4.194304)  # x 4000 at 10 Mbit/s
+    with pytest.raises(ValueError, match="1..31"):
+        local_ack_timeout_s(0, 10e6)

@@ -8,9 +8,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.constants import NUM_TCS, RTO_S
+from testbed.constants import LOCAL_ACK_TIMEOUT, NUM_TCS, RETRY_COUNT
 from traffic.dcqcn import PROFILES
 from traffic.packets import DSCP_CNP
+from traffic.qp import DEFAULT_RTO_S, local_ack_timeout_s
 
 #: DSCP for each traffic class when no table is given (run by hand): the class selectors, and
 #: 26 for RoCE. The testbed passes its fabric's own (--tc-dscp, from qos.dscp_to_tc_map), so
@@ -39,8 +40,10 @@ class EndpointConfig:
     dcqcn_profile: str = "paper"  # traffic.dcqcn.PROFILES: paper ([Z15]) or connectx
     dcqcn_enabled: bool = True
     rx_buffer_packets: int = 256  # slow-receiver queue before it drops
-    #: Go-Back-N's retransmission timer (IB's Local ACK Timeout), for QPs that do not set one
-    rto_s: float = RTO_S
+    #: Go-Back-N's retransmission timer (IB's Local ACK Timeout, scaled to the link:
+    #: traffic.qp.local_ack_timeout_s), for QPs that do not set one
+    rto_s: float = DEFAULT_RTO_S
+    retry_count: int = RETRY_COUNT  # IB's retry_cnt: timeouts in a row before the QP fails
     t0_monotonic: float | None = None  # origin of t_s; the testbed passes the run's
 
 
@@ -87,8 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help='DCQCN overrides as JSON, e.g. \'{"timer_period_s": 0.1}\'')
     ap.add_argument("--t0", type=float, default=None,
                     help="origin of t_s (CLOCK_MONOTONIC seconds), default: now")
-    ap.add_argument("--rto-ms", type=float, default=RTO_S * 1000,
-                    help="retransmission timeout of the QPs (IB's Local ACK Timeout)")
+    ap.add_argument("--local-ack-timeout", type=int, default=LOCAL_ACK_TIMEOUT,
+                    choices=range(1, 32), metavar="N",
+                    help="the QPs' retransmission timer, IB's Local ACK Timeout 4.096 us x 2^N, "
+                         "scaled to the link as DCQCN's timers are (endpoints.local_ack_timeout)")
+    ap.add_argument("--retry-count", type=int, default=RETRY_COUNT, choices=range(8),
+                    metavar="N", help="IB's retry_cnt: timeouts in a row without progress "
+                    "before a QP fails (endpoints.retry_count)")
     ap.add_argument("--log", default="INFO")
     return ap
 
@@ -100,4 +108,5 @@ def config_from_args(a: argparse.Namespace) -> EndpointConfig:
         tc_to_dscp=a.tc_dscp, cnp_dscp=a.cnp_dscp, cnp_tc=a.cnp_tc,
         sample_period_s=a.sample_period, cnp_interval_s=a.cnp_interval, dcqcn=a.dcqcn,
         dcqcn_enabled=not a.no_dcqcn, dcqcn_profile=a.dcqcn_profile, t0_monotonic=a.t0,
-        rto_s=a.rto_ms / 1000)
+        rto_s=local_ack_timeout_s(a.local_ack_timeout, a.line_rate_mbps * 1e6),
+        retry_count=a.retry_count)

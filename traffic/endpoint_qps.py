@@ -97,6 +97,7 @@ class QpTable:
             st.requester = Requester(qpn, peer_qpn, builder, mtu=self.cfg.mtu,
                                      start_psn=start_psn, max_outstanding=max_outstanding,
                                      rto_s=self.cfg.rto_s if rto_s is None else rto_s,
+                                     retry_count=self.cfg.retry_count,
                                      paused=lambda now: self.paused_seconds(tc, now))
             if self.cfg.dcqcn_enabled:
                 st.rp = ReactionPoint(self.dcqcn, now=self.now())

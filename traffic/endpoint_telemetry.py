@@ -30,8 +30,9 @@ QP_COLUMNS = [
     ("packets_sent", "data packets sent, retransmissions included"),
     ("retransmitted", "data packets sent again (Go-Back-N or timeout)"),
     ("naks", "NAKs received (requester) or sent (responder)"),
-    ("timeouts", "retransmission timeouts (endpoints.retransmit_timeout_ms with no ACK, not "
-                 "counting the time PFC paused the QP's class at this NIC)"),
+    ("timeouts", "retransmission timeouts (IB's Local ACK Timeout, endpoints.local_ack_timeout "
+                 "scaled to the link, with no ACK, not counting the time PFC paused the QP's "
+                 "class at this NIC)"),
     ("cnps_received", "CNPs received (requester)"),
     ("cnps_sent", "CNPs sent (responder)"),
     ("ce_marked", "CE-marked data packets received (responder)"),

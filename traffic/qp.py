@@ -15,7 +15,8 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from testbed.constants import RTO_S
+from testbed.constants import LOCAL_ACK_TIMEOUT, RETRY_COUNT
+from traffic.dcqcn import REFERENCE_LINK_BPS
 from traffic.packets import (
     FIRST_OPCODES,
     LAST_OPCODES,
@@ -94,6 +95,23 @@ class Segment:
     sent_times: int = 0
 
 
+#: IB's Local ACK Timeout unit: the timer is 4.096 us x 2^n (IBA spec, vol. 1, 9.7.6.1.3).
+ACK_TIMEOUT_UNIT_S = 4.096e-6
+
+
+def local_ack_timeout_s(n: int, line_rate_bps: float) -> float:
+    """IB's Local ACK Timeout for the QP attribute ``timeout`` = n, scaled from the 40 Gbit/s
+    of DCQCN's reference to the emulated link, as DCQCN's timers are (traffic.dcqcn): every
+    time of the emulation is that many times a real one."""
+    if not 1 <= n <= 31:
+        raise ValueError(f"local ACK timeout {n}: IB's exponent is 1..31 (0 means none)")
+    return ACK_TIMEOUT_UNIT_S * 2 ** n * REFERENCE_LINK_BPS / line_rate_bps
+
+
+#: The timer at the default link (10 Mbit/s) for the default n: a QP made without a timer.
+DEFAULT_RTO_S = local_ack_timeout_s(LOCAL_ACK_TIMEOUT, 10e6)
+
+
 @dataclass
 class RequesterStats:
     packets_sent: int = 0
@@ -104,6 +122,10 @@ class RequesterStats:
     timeouts: int = 0
     bytes_acked: int = 0
     messages_completed: int = 0
+    #: 1 once the QP ran out of retries (retry_count timeouts in a row without progress) and
+    #: went to the error state: its messages were flushed unsent, as a NIC flushes its WRs.
+    retry_exceeded: int = 0
+    messages_flushed: int = 0
 
 
 class Requester:
@@ -111,14 +133,16 @@ class Requester:
 
     def __init__(self, qpn: int, dqpn: int, builder: RoceFrameBuilder, *, mtu: int = 4096,
                  start_psn: int = 0, max_outstanding: int = 32, ack_req_every: int = 8,
-                 rto_s: float = RTO_S, rkey: int = 0x1234,
-                 paused: Callable[[float], float] | None = None) -> None:
+                 rto_s: float = DEFAULT_RTO_S, retry_count: int = RETRY_COUNT,
+                 rkey: int = 0x1234, paused: Callable[[float], float] | None = None) -> None:
         """``paused(now)``: the seconds PFC has held this QP's class at the NIC so far, in all
         (:meth:`check_timeout` does not count them); read at each progress, so a pause before
         it is never counted, however seldom the timer is checked."""
         self.qpn, self.dqpn, self.builder, self.mtu = qpn, dqpn, builder, mtu
         self.max_outstanding, self.ack_req_every, self.rto_s, self.rkey = (
             max_outstanding, ack_req_every, rto_s, rkey)
+        self.retry_count = retry_count
+        self._retries = 0  # timeouts since the last progress
         self.next_psn = start_psn
         self.pending: collections.deque[Message] = collections.deque()
         self._pending_offset = 0  # bytes of pending[0] already segmented
@@ -140,6 +164,9 @@ class Requester:
             raise ValueError("message size must be positive")
         self._msg_ids += 1
         m = Message(self._msg_ids, kind, size, self.stream_offset, now)
+        if self.failed:  # a QP in the error state flushes what is posted to it
+            self.stats.messages_flushed += 1
+            return m
         self.stream_offset += size
         self.pending.append(m)
         return m
@@ -242,6 +269,7 @@ class Requester:
     def _progress(self, now: float) -> None:
         """The timer starts over: an ACK moved, or the first packet went out."""
         self._last_progress = now
+        self._retries = 0
         if self._paused is not None:
             self._paused_seen = self._paused(now)
 
@@ -280,10 +308,31 @@ class Requester:
             self._last_progress = min(now, self._last_progress + held)
         if self.unacked and now - self._last_progress > self.rto_s:
             self.stats.timeouts += 1
+            self._retries += 1
+            if self._retries > self.retry_count:
+                self._fail()
+                return False
             self.cursor = 0
             self._last_progress = now
             return True
         return False
+
+    @property
+    def failed(self) -> bool:
+        """The QP is in the error state (it ran out of retries)."""
+        return self.stats.retry_exceeded > 0
+
+    def _fail(self) -> None:
+        """Out of retries: the QP goes to the error state and its work requests are flushed
+        (IBA spec, vol. 1, 10.7.3.1: a requester that exhausts its retry count completes the
+        WR in error and moves to the Error state). Nothing more is sent."""
+        self.stats.retry_exceeded = 1
+        self.stats.messages_flushed += len({m.msg_id for m in self.pending}
+                                           | {s.msg.msg_id for s in self.unacked})
+        self.pending.clear()
+        self._pending_offset = 0
+        self.unacked.clear()
+        self.cursor = 0
 
 
 @dataclass

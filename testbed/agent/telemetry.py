@@ -24,6 +24,7 @@ from testbed.agent.frames import tick_frame
 from testbed.agent.pause import PortRuntime
 from testbed.agent.registers import RegisterReader
 from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS, TICK_TIMER_ONLY, gate_major
+from testbed.pfcwd import PfcWatchdog
 from testbed.ports import ClassStats
 from testbed.results import CsvWriter, TelemetryRow
 from testbed.tcstats import QdiscReader, by_ifindex
@@ -45,6 +46,7 @@ class TelemetryMixin:
     tick_sock: socket.socket
     telemetry_log: CsvWriter[TelemetryRow]
     hot: set[tuple[int, int]]  # lossless queues that held packets lately
+    watchdog: PfcWatchdog  # WatchdogMixin's: what its drop action discarded, per queue
     _sent_seen: dict[tuple[int, int], int]  # each lossless queue's sent packets at last sample
     busy_until: float
     #: Per (port, class): until when (clock) the last XOFF our switch sent there holds.
@@ -197,9 +199,11 @@ class TelemetryMixin:
                 ps = pr.pause[tc]
                 paused_s = ps.total + (now - ps.since if ps.until else 0.0)
                 drift, held, below, peak = views.get((n, tc), (None, None, None, None))
+                wd = (self.watchdog.dropped_total(n, tc, st.drops) if tc in self.cfg.lossless
+                      else None)
                 self.telemetry_log.write(TelemetryRow(
                     t_s, self.cfg.switch, n, tc, st.backlog_bytes, st.backlog_packets, st.drops,
                     st.sent_bytes, st.sent_packets, bool(ps.until), ps.frames, paused_s,
-                    drift, held, below, peak, lag))
+                    drift, held, below, peak, lag, wd))
         self.telemetry_log.flush()
         return backlogs

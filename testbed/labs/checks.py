@@ -30,14 +30,18 @@ def _one(ctx: Context, spec: CheckSpec) -> Verdict:
                        "this copy of the labs is newer than the testbed: update it")
     try:
         run = ctx.run(spec.run) if spec.run else None
+        if run is not None and (problem := run.not_faithful()) is not None:
+            return Verdict(False, f"not graded: run {spec.run} is not a faithful emulation "
+                           f"({problem[:200]})",
+                           f"run it again on a quieter machine (close other programs): "
+                           f"{_where(ctx)}sudo testbed run {_file_of(ctx, spec.run)}",
+                           "a grade rests only on a run the fidelity guard called faithful")
         v = fn(ctx, run, **spec.args)
     except MissingRun as exc:
         return Verdict(False, f"no run of scenario {exc.args[0]} in the results folder",
                        f"run it: {_where(ctx)}sudo testbed run {_file_of(ctx, exc.args[0])}")
     except (ConfigError, KeyError, ValueError) as exc:
         return Verdict(False, f"cannot grade: {exc}", "see the lab sheet's steps")
-    if run is not None and v.warning is None and (w := run.fidelity_warning()):
-        v = Verdict(v.ok, v.reason, v.hint, w)
     return v
 
 

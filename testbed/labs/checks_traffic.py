@@ -169,31 +169,31 @@ def alone_at_line_rate(ctx: Context, run: RunData, flow: str, from_s: float, to_
 
 @check("fair_share")
 def fair_share(ctx: Context, run: RunData, flows: list[str], from_s: float, to_s: float,
-               min_index: float = 0.8) -> Verdict:
-    """The flows share the bottleneck fairly over [from_s, to_s] (Jain's index)."""
+               min_share: float = 1 / 3) -> Verdict:
+    """With DCQCN on and every flow cut by CNPs, each flow gets a real share of the
+    bottleneck over [from_s, to_s]: at least ``min_share`` of an equal share. Jain's index is
+    said beside it, for the sheet's question, but is not what is graded: how even DCQCN's
+    shares come out in a few seconds varies from run to run of the same right scenario (each
+    QP's rate after the first cuts depends on when its CNPs came, at most one a QP per CNP
+    interval, 200 ms at 10 Mbit/s, and the additive increase that evens shares out takes tens
+    of seconds at this scale), while a starved flow means the setup is wrong."""
     if (bad := moved(run)) is not None:
         return bad
     missing = [f for f in flows if f not in run.summary.get("flows", {})]
     if missing:
         return failed(f"no flow named {', '.join(missing)}", f"name the flows {', '.join(flows)}")
     rates = [goodput_bps(run, f, from_s, to_s) for f in flows]
-    idx = jain_index(rates)
+    equal = sum(rates) / len(rates)
     each = ", ".join(f"{f} {r / 1e6:.1f}" for f, r in zip(flows, rates, strict=True))
-    msg = f"Jain's index {idx:.2f} over {from_s:g}-{to_s:g} s ({each} Mbit/s)"
-    if idx < min_index and min(rates) > 0 and _dcqcn_cut_each(run, flows):
-        # The setup is right and DCQCN acted on every flow; what is left is DCQCN itself. Each
-        # QP's rate after the first cuts depends on when its CNPs came (at most one a QP per
-        # the CNP interval, 200 ms at 10 Mbit/s for the paper's 50 us), and a QP that missed
-        # one keeps the larger share: the additive increase that evens shares out takes tens
-        # of seconds at this scale (tests/test_phenomena_runs.py: 90 s runs). Measured on the
-        # reference solution: 16 of 17 runs at 0.91-1.00 over 3.5-6.5 s, one at 0.78.
-        return Verdict(False, msg, "every flow sent then and DCQCN cut each one: this run's "
-                       "shares had not evened out; run it again",
-                       "DCQCN's shares depend on when each QP's CNPs came, and evening them "
-                       "out takes longer than this run: another run of the same scenario can "
-                       "differ (the lab sheet's question 5)")
-    if idx < min_index or min(rates) == 0:
+    msg = (f"{each} Mbit/s over {from_s:g}-{to_s:g} s, Jain's index {jain_index(rates):.2f}; "
+           f"the least {min(rates) / equal if equal else 0:.0%} of an equal share")
+    if not _dcqcn_on(run):
+        return failed(msg, "this question is about DCQCN's shares: run it with DCQCN on")
+    if min(rates) == 0 or not _dcqcn_cut_each(run, flows):
         return failed(msg, "all flows must be sending then, to one receiver, with DCQCN on")
+    if min(rates) < min_share * equal:
+        return failed(msg, f"a flow got less than {min_share:.0%} of an equal share: the "
+                      "flows must send to one receiver over the whole window")
     return passed(msg)
 
 

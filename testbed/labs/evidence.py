@@ -107,12 +107,13 @@ class RunData:
     def lossless(self) -> list[int]:
         return list(self.config.get("qos", {}).get("pfc_enable", []))
 
-    def fidelity_warning(self) -> str | None:
-        fid = self.summary.get("fidelity")
-        if fid and not fid.get("ok", True):
-            return ("this run was not a faithful emulation (" + "; ".join(
-                fid.get("reasons", []))[:160] + "): rerun it on a quieter machine to be sure")
-        return None
+    def not_faithful(self) -> str | None:
+        """Why this run cannot be graded (None: it can): its summary has no fidelity verdict,
+        or the verdict is not ok. A lab's answer rests on a faithful run, never on one the
+        guard flagged or could not judge."""
+        from testbed.fidelity import verdict_problem
+
+        return verdict_problem(self.summary.get("fidelity"))
 
 
 def marked_fraction(run: RunData, receiver: str, tc: int) -> tuple[float, int]:
