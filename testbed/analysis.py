@@ -255,11 +255,12 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
              if s.phantom_below_max_bytes is not None]
     lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
            if s.bmv2_lag_max_us is not None]
-    pauses = [e for e in events if e.event == "pause"]
+    # a late XON keeps a link idle as a late XOFF overfills a buffer: both are reactions
+    pauses = [e for e in events if e.event in ("pause", "resume")]
     blind = sum(1 for e in pauses if e.reaction_us is None)
     if blind:
-        why.setdefault("agent_reaction", f"{blind} pauses were applied without the frame's "
-                                         "kernel timestamp")
+        why.setdefault("agent_reaction", f"{blind} PFC frames were applied without the "
+                                         "frame's kernel timestamp")
     wd = sum(s.wd_dropped or 0 for s in last)
     if ok_series and lossless and not last:
         why.setdefault("lossless_drops", "the telemetry has no lossless queue")

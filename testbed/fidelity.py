@@ -28,7 +28,8 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   such a hold does to the buffers, ``phantom_below`` and ``buffer_exceeded`` judge; but a switch
   that holds packets that long no longer keeps the protocol's time: past ``fidelity.bmv2_lag_ms``
   the hold is a sizeable part of the scaled DCQCN timers and of the watchdog's polling interval.
-* ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part.
+* ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part:
+  an XOFF's (a late pause overfills the headroom) and an XON's (a late resume idles the link).
 * ``cpu_saturated``: the longest stretch in which every core was busy; past it, none of the
   times above can be trusted to hold.
 
@@ -135,7 +136,8 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
         "BMv2 held a lossless packet {v} us, beyond {lim} us (fidelity.bmv2_lag_ms): the "
         "switches did not keep the protocol's time")
     add("agent_reaction", fig.agent_reaction_us, budget.reaction_us,
-        "a switch agent took {v} us to apply a PFC pause, beyond the {lim} us reaction "
+        "a switch agent took {v} us to apply a PFC frame (pause or resume), beyond the {lim} "
+        "us reaction "
         "time the headroom is sized for (qos.pfc.reaction_ms)")
     add("cpu_saturated", fig.cpu_saturated_s, budget.cpu_saturated_s,
         "every CPU core was busy for {v} s at a stretch (limit {lim} s, "

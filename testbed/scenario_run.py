@@ -234,8 +234,11 @@ def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> di
                         "bytes_received": d.get("bytes", 0),
                         "packets_sent": s.get("packets_sent", 0),
                         "retransmitted": s.get("retransmitted", 0), "naks": s.get("naks", 0),
+                        "timeouts": s.get("timeouts", 0),
                         "cnps_received": s.get("cnps_received", 0),
-                        "complete": s.get("idle", False)})
+                        # out of retries: the QP's messages were flushed, not delivered
+                        "failed": bool(s.get("retry_exceeded", 0)),
+                        "complete": s.get("idle", False) and not s.get("retry_exceeded", 0)})
         flows[f.name] = {"src": f.src, "dst": f.dst, "qps": qps,
                          "bytes_received": sum(q["bytes_received"] for q in qps)}
     pfc_tx = {name: sum(sc_.pfc_tx.values()) for name, sc_ in counters.items()}

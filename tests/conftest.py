@@ -62,9 +62,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 #: Set by CI once the toolchain is installed: a test skipped for want of a tool is then a
-#: failure, so a green run cannot hide switch, PFC or PTF tests that never ran.
+#: failure, and so is a test left out of the run (deselected by -m or -k) unless it is in the
+#: slow set (the extended repeats beyond what CI runs), so a green run cannot hide switch,
+#: PFC, deadlock, lab or PTF tests that never ran.
 NO_SKIPS_ENV = "ROCE_TESTBED_NO_SKIPS"
 _skipped: list[str] = []
+_deselected: list[str] = []
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    _deselected.extend(i.nodeid for i in items if not i.get_closest_marker("slow"))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -74,8 +81,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.environ.get(NO_SKIPS_ENV) == "1" and _skipped:
+    if os.environ.get(NO_SKIPS_ENV) != "1":
+        return
+    if _skipped:
         print(f"\n{NO_SKIPS_ENV}=1 and {len(_skipped)} test(s) skipped:")
         for line in _skipped:
             print(f"  SKIPPED {line}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _deselected:
+        print(f"\n{NO_SKIPS_ENV}=1 and {len(_deselected)} test(s) outside the slow set were "
+              "deselected:")
+        for nodeid in _deselected:
+            print(f"  DESELECTED {nodeid}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -56,7 +56,7 @@ def test_a_faithful_run_passes_every_check() -> None:
     ("phantom_below_bytes", 40_001, "40001 bytes below the real occupancy"),
     ("buffer_exceeded_bytes", 5000, "held 5000 bytes beyond its buffer"),
     ("bmv2_lag_us", 50_001, "BMv2 held a lossless packet 50001 us"),
-    ("agent_reaction_us", 20_001, "took 20001 us to apply a PFC pause"),
+    ("agent_reaction_us", 20_001, "took 20001 us to apply a PFC frame"),
     ("cpu_saturated_s", 1.5, "busy for 1.5 s at a stretch"),
 ])
 def test_each_check_flags_its_condition(field: str, value: float, words: str) -> None:
@@ -164,7 +164,7 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
                          switches=["leaf1"])
     assert f == Figures(pfc_enabled=True, lossless_drops=12, pipeline_drops=0, hidden_loss=0,
                         host_loss=3, phantom_below_bytes=4200, buffer_exceeded_bytes=10_000,
-                        bmv2_lag_us=9000, agent_reaction_us=1200, cpu_saturated_s=0.4,
+                        bmv2_lag_us=9000, agent_reaction_us=1900, cpu_saturated_s=0.4,
                         watchdog_drops=30)
 
 
@@ -181,7 +181,7 @@ def test_no_lossless_packet_to_measure_is_zero_not_unknown(tmp_path: Path) -> No
 @pytest.mark.parametrize(("case", "check", "words"), [
     ("agent_missing", "lossless_drops", "no telemetry from spine1"),
     ("no_cpu", "cpu_saturated", "no CPU samples"),
-    ("blind_pause", "agent_reaction", "1 pauses were applied without the frame's kernel"),
+    ("blind_pause", "agent_reaction", "1 PFC frames were applied without the frame's kernel"),
     ("views_never_read", "phantom_below", "queue views were never read"),
 ])
 def test_each_gap_in_the_folder_is_unknown_with_why(tmp_path: Path, case: str, check: str,

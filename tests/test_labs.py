@@ -465,10 +465,6 @@ def test_lab1_broken_answers_fail_with_their_hints(tmp_path: Path) -> None:
 BROKEN = {2: ("moved", "qos.ecn.3"), 3: ("reacted", "dcqcn: true"),
           4: ("lossy", "pfc_enable: []"), 5: ("helped", "ECN-mark"), 6: ("frozen", "cycle"),
           7: ("broken", "action: drop"), 8: ("spread", "src_port")}
-#: Labs 6 and 7 run six switches and 32 QPs at line rate, which drives two cores to their limit
-#: for a minute each (as the shipped deadlock scenarios do), so they are in the slow set. The
-#: others take 20-35 s each on two cores (labs 2, 3, 4, 5, 8: 124 s in all, measured).
-SLOW = {6, 7}
 
 
 def _do_lab(lab: Lab, variant: str, folder: Path, reuse: Path | None = None) -> list[Line]:
@@ -497,8 +493,7 @@ def _lines(lines: list) -> str:
 
 @pytest.mark.bmv2
 @pytest.mark.parametrize("number", [
-    pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else [], id=f"lab{n}")
-    for n in sorted(BROKEN)])
+    pytest.param(n, id=f"lab{n}") for n in sorted(BROKEN)])
 def test_reference_passes_and_broken_fails_with_its_hint(number: int, tmp_path: Path) -> None:
     lab = find_lab(number)
     good = _do_lab(lab, "solution", tmp_path / "solution")

@@ -57,5 +57,5 @@ def test_incast_is_lossless(lossless_seed: int, tmp_path: Path) -> None:
 @pytest.mark.bmv2
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=[] if s in CI_SEEDS else
                                                [pytest.mark.slow]) for s in SLOW_SEEDS])
-def test_incast_is_lossless_slow_set(seed: int, tmp_path: Path) -> None:
+def test_seeded_incast_is_lossless(seed: int, tmp_path: Path) -> None:
     _check(seed, tmp_path)

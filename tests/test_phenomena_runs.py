@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from testbed.analysis import load_telemetry
+from testbed.fidelity import verdict_problem
 from testbed.headline_series import run_start
 from testbed.measure import peer_ports
 from testbed.phenomena import (
@@ -56,14 +57,17 @@ def run(name: str, tmp: Path, change: Callable[[dict], None] | None = None
         change(data)
     sc = parse_scenario(data, name)
     res = run_scenario(sc, tmp, progress=lambda _m: None)
+    # every figure below rests on a faithful run: the fidelity guard measured and passed all
+    assert verdict_problem(res.summary.get("fidelity")) is None, \
+        f"{name}: not a faithful run: {verdict_problem(res.summary.get('fidelity'))}"
     return sc, res.summary, res.results_dir
 
 
 def assert_lossless(summary: dict, run_dir: Path) -> None:
     """No drop in the lossless class, in the kernel or the P4 program; every message delivered
-    and acknowledged, and no receiver saw a gap (no NAK). A retransmission timeout may still fire
-    on a QP that DCQCN and the pauses hold below its window per timeout: a resend of what was
-    not lost, which the receiver takes as a duplicate."""
+    and acknowledged, no receiver saw a gap (no NAK), and nothing was resent: with the
+    retransmission timer scaled to the link (IB's Local ACK Timeout), a run that lost nothing
+    has nothing to resend."""
     assert summary["kernel_drops_lossless"] == 0
     assert p4_drops(read_p4_counters(run_dir / "p4_counters.csv")) == 0
     for name, f in summary["flows"].items():
@@ -71,6 +75,7 @@ def assert_lossless(summary: dict, run_dir: Path) -> None:
             assert q["complete"], f"{name}: QP {q['qpn']} still has unacknowledged messages"
             assert q["naks"] == 0, f"{name}: QP {q['qpn']}'s receiver saw a packet missing"
             assert q["bytes_received"] >= q["bytes_acked"] > 0, (name, q)
+            assert q["retransmitted"] == 0 and q["timeouts"] == 0, (name, q)
 
 
 # -- incast in four modes ---------------------------------------------------------------------
