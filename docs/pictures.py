@@ -59,10 +59,10 @@ def verdict(label: str, summary: dict) -> dict:
     guard called the run faithful (``fidelity.ok`` true)."""
     fid = summary.get("fidelity")
     if not isinstance(fid, dict) or "ok" not in fid:
-        raise NotFaithful(f"{label}: its summary.json has no fidelity verdict")
+        raise NotFaithful(f"run {label}: its summary.json has no fidelity verdict")
     if fid["ok"] is not True:
         why = "; ".join(fid.get("reasons") or []) or "no reason given"
-        raise NotFaithful(f"{label}: the fidelity guard did not call the run faithful: {why}")
+        raise NotFaithful(f"run {label}: the fidelity guard did not call it faithful: {why}")
     return {"ok": True, "reasons": list(fid.get("reasons") or [])}
 
 
@@ -96,7 +96,7 @@ class Runs:
         found = sorted((p.parent for p in (self.root / label).glob("*/summary.json")),
                        key=lambda p: p.name)
         if not found:
-            raise NotFaithful(f"{label}: no results folder with a summary.json under "
+            raise NotFaithful(f"run {label}: no results folder with a summary.json under "
                               f"{self.root / label}")
         d = found[-1]
         return json.loads((d / "summary.json").read_text()), d
