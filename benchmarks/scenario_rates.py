@@ -3,7 +3,7 @@ runs ``--runs`` times at each rate of ``--rates`` (every link set to it, nothing
 interleaved, and the fidelity guard's verdict (testbed.fidelity) is counted. The capacity
 benchmark's incasts carry one link's worth of packets however many senders they have; the
 scenarios that load every link at once (the deadlock runs: four hosts sending to each other
-over 32 QPs) are what hold the default link rate (README: How fast it goes).
+over 32 QPs) are what hold the default link rate (docs/PERFORMANCE.md).
 
 Run as root: sudo .venv/bin/python benchmarks/scenario_rates.py [--scenarios deadlock-control]
 [--rates 10,15] [--runs 3] [--realtime 10,0] (the agents' agent.realtime_priority, each value a
