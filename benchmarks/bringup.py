@@ -1,12 +1,13 @@
 """Bring-up time and memory per switch for several fabric shapes, and what a user waits for.
 
 Run as root: sudo .venv/bin/python benchmarks/bringup.py [--reps 3] [--out benchmarks/out]
+[--tag bringup]
 Measures, per shape, the wall time from start to every switch programmed (median of the reps,
 with each step), the ping of every pair, the teardown, and the resident memory of each BMv2
 process once programmed; and the whole round trip of the command a user types,
 `testbed up --spines 2 --leaves 4 --hosts-per-leaf 2 --pingall` (up, programmed, every pair
-pinged, torn down), from command to exit. Writes bringup.json and bringup.md to the output
-folder. Each fabric holds the machine's fabric lock (testbed.state.fabric_lock).
+pinged, torn down), from command to exit. Writes TAG.json and TAG.md to the output folder.
+Each fabric holds the machine's fabric lock (testbed.state.fabric_lock).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
+    ap.add_argument("--tag", default="bringup", help="output file name")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -101,7 +103,7 @@ def main() -> None:
                              "s_median": round(statistics.median(trips), 3),
                              "s_all": [round(t, 3) for t in trips]}
     print("round trip", json.dumps(results["round_trip"]))
-    (args.out / "bringup.json").write_text(json.dumps(results, indent=2))
+    (args.out / f"{args.tag}.json").write_text(json.dumps(results, indent=2))
     lines = ["| fabric | switches | bring-up median (s) | per switch (s) | steps (s) | "
              "RSS per switch (MiB) | teardown (s) |", "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
@@ -114,7 +116,7 @@ def main() -> None:
     rt = results["round_trip"]
     lines += ["", f"`{rt['command']}` from command to exit (up, programmed, every pair pinged, "
               f"torn down): median {rt['s_median']} s over {args.reps} ({rt['s_all']})."]
-    (args.out / "bringup.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{args.tag}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

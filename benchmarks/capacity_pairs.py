@@ -5,7 +5,7 @@ searches a rate for one setting, this holds the rate and compares the settings o
 machine at the same hour, the order alternating pair by pair.
 
 Why: the capacity of one setting moved by a step between runs an hour apart on this machine
-(README: How fast it goes), so a setting is judged against another in the same run.
+(docs/PERFORMANCE.md), so a setting is judged against another in the same run.
 
 Run as root: sudo .venv/bin/python benchmarks/capacity_pairs.py [--shape "6:1 on 2x4x2"]
 [--rate 40] [--build default] [--pairs 8]. Compares the agents real-time (SCHED_FIFO 10, the

@@ -3,12 +3,12 @@ runs ``--runs`` times at each rate of ``--rates`` (every link set to it, nothing
 interleaved, and the fidelity guard's verdict (testbed.fidelity) is counted. The capacity
 benchmark's incasts carry one link's worth of packets however many senders they have; the
 scenarios that load every link at once (the deadlock runs: four hosts sending to each other
-over 32 QPs) are what hold the default link rate (README: How fast it goes).
+over 32 QPs) are what hold the default link rate (docs/PERFORMANCE.md).
 
 Run as root: sudo .venv/bin/python benchmarks/scenario_rates.py [--scenarios deadlock-control]
 [--rates 10,15] [--runs 3] [--realtime 10,0] (the agents' agent.realtime_priority, each value a
-variant, interleaved; default: the scenario's own). Writes scenario_rates.json and
-scenario_rates.md to benchmarks/out.
+variant, interleaved; default: the scenario's own) [--tag scenario_rates]. Writes TAG.json and
+TAG.md to benchmarks/out.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ def main() -> None:
     ap.add_argument("--realtime", help="agent.realtime_priority values to compare, e.g. 10,0 "
                     "(default: the scenario's own)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
+    ap.add_argument("--tag", default="scenario_rates", help="output file name")
     ap.add_argument("--redraw", type=Path, help="no runs: write the table of a saved "
-                    "scenario_rates.json")
+                    "scenario_rates.json to TAG.md")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.redraw:
@@ -76,9 +77,9 @@ def main() -> None:
                     for rt in rts if i % 2 == 0 else rts[::-1]:
                         runs.append(one_run(name, rate, rt))
                         print(json.dumps(runs[-1]), flush=True)
-        (args.out / "scenario_rates.json").write_text(json.dumps(runs, indent=1) + "\n")
+        (args.out / f"{args.tag}.json").write_text(json.dumps(runs, indent=1) + "\n")
     md = markdown(runs)
-    (args.out / "scenario_rates.md").write_text(md)
+    (args.out / f"{args.tag}.md").write_text(md)
     print(md)
 
 

@@ -1,10 +1,17 @@
 """The pictures of README's "Experiments" section, from real runs: each experiment's scenario
 runs here on real BMv2 switches (as `testbed run` runs it), then one figure per phenomenon goes
-into docs/phenomena/NAME.png and the figures its caption quotes into docs/phenomena/NAME.json.
+into docs/phenomena/NAME.png and the figures its caption quotes into docs/phenomena/NAME.json,
+with the fidelity verdict of every run it was drawn from (``fidelity``: run -> ok, reasons).
 
     sudo .venv/bin/python docs/pictures.py                  # every picture, about 11 minutes
     sudo .venv/bin/python docs/pictures.py incast ecmp      # some of them
     sudo .venv/bin/python docs/pictures.py --keep runs/     # and keep the runs' folders
+    .venv/bin/python docs/pictures.py --runs runs/          # draw again from kept runs
+
+A picture is drawn only from runs the fidelity guard called faithful (their summary.json's
+``fidelity.ok`` is true): a run it flagged, or one without a verdict, is refused with a line
+that names it and says why, no picture nor figures are written for it, and the command exits
+with status 1 once the other pictures are drawn.
 
 The figures come from testbed.phenomena and testbed.headline_series, the same readers the
 tests and the reports use. Takes the machine-wide fabric lock around each run.
@@ -43,19 +50,56 @@ OUT = REPO / "docs" / "phenomena"
 Run = tuple[dict, Path]  # summary, results folder
 
 
-def run(name: str, tmp: Path, change: Callable[[dict], None] | None = None,
-        label: str = "") -> Run:
-    data = yaml.safe_load((REPO / "scenarios" / f"{name}.yaml").read_text())
-    if change is not None:
-        change(data)
-    print(f"running {name} {label}", flush=True)
-    with fabric_lock():
-        res = run_scenario(parse_scenario(data, name), tmp / (label or name),
-                           progress=lambda _m: None)
-    fid = res.summary.get("fidelity") or {}
-    if not fid.get("ok", True):
-        print(f"  {name} {label}: not a faithful emulation: {fid.get('reasons')}")
-    return res.summary, res.results_dir
+class NotFaithful(Exception):
+    """A run the fidelity guard did not call faithful: no picture is drawn from it."""
+
+
+def verdict(label: str, summary: dict) -> dict:
+    """The run's fidelity verdict as the picture's json records it; NotFaithful unless the
+    guard called the run faithful (``fidelity.ok`` true)."""
+    fid = summary.get("fidelity")
+    if not isinstance(fid, dict) or "ok" not in fid:
+        raise NotFaithful(f"run {label}: its summary.json has no fidelity verdict")
+    if fid["ok"] is not True:
+        why = "; ".join(fid.get("reasons") or []) or "no reason given"
+        raise NotFaithful(f"run {label}: the fidelity guard did not call it faithful: {why}")
+    return {"ok": True, "reasons": list(fid.get("reasons") or [])}
+
+
+class Runs:
+    """The runs one picture is drawn from, and their verdicts. Each run is made here (under
+    ``root``, as ``testbed run`` makes it), or with ``saved`` read from the newest results
+    folder under ``root/LABEL`` that an earlier ``--keep`` left."""
+
+    def __init__(self, root: Path, saved: bool = False) -> None:
+        self.root, self.saved = root, saved
+        self.verdicts: dict[str, dict] = {}
+
+    def __call__(self, name: str, change: Callable[[dict], None] | None = None,
+                 label: str = "") -> Run:
+        label = label or name
+        if self.saved:
+            summary, d = self._saved(label)
+        else:
+            data = yaml.safe_load((REPO / "scenarios" / f"{name}.yaml").read_text())
+            if change is not None:
+                change(data)
+            print(f"running {label}", flush=True)
+            with fabric_lock():
+                res = run_scenario(parse_scenario(data, name), self.root / label,
+                                   progress=lambda _m: None)
+            summary, d = res.summary, res.results_dir
+        self.verdicts[label] = verdict(label, summary)
+        return summary, d
+
+    def _saved(self, label: str) -> Run:
+        found = sorted((p.parent for p in (self.root / label).glob("*/summary.json")),
+                       key=lambda p: p.name)
+        if not found:
+            raise NotFaithful(f"run {label}: no results folder with a summary.json under "
+                              f"{self.root / label}")
+        d = found[-1]
+        return json.loads((d / "summary.json").read_text()), d
 
 
 def _plt():
@@ -85,22 +129,23 @@ def _total(series: dict[str, list[tuple[float, float]]], step: float = 0.1
     return grid, total
 
 
-def _save(fig, name: str, figures: dict) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
+def _save(fig, name: str, figures: dict, runs: Runs, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(OUT / f"{name}.png", dpi=80)
-    (OUT / f"{name}.json").write_text(json.dumps(figures, indent=1) + "\n")
-    print(f"wrote docs/phenomena/{name}.png: {figures}")
+    fig.savefig(out / f"{name}.png", dpi=80)
+    (out / f"{name}.json").write_text(
+        json.dumps({**figures, "fidelity": runs.verdicts}, indent=1) + "\n")
+    print(f"wrote {out / name}.png: {figures}")
 
 
 # -- one picture per phenomenon ----------------------------------------------------------------
 
-def incast(tmp: Path) -> None:
+def incast(runs: Runs, out: Path) -> None:
     plt = _plt()
     fig, (ax_g, ax_p) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
     figures = {}
     for mode in ("pfc", "both", "dcqcn", "lossy"):
-        summary, d = run(f"incast-{mode}", tmp)
+        summary, d = runs(f"incast-{mode}")
         t, total = _total(flow_goodput(d, summary))
         ax_g.plot(t, total, label=mode)
         pfc = run_pfc_frames(d, summary)
@@ -115,15 +160,15 @@ def incast(tmp: Path) -> None:
     ax_p.set_xlabel("seconds since the senders started")
     for ax in (ax_g, ax_p):
         ax.legend(fontsize=8)
-    _save(fig, "incast", figures)
+    _save(fig, "incast", figures, runs, out)
 
 
-def victim(tmp: Path) -> None:
+def victim(runs: Runs, out: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3.5))
     figures = {}
     for mode in ("pfc", "dcqcn"):
-        summary, d = run(f"victim-{mode}", tmp)
+        summary, d = runs(f"victim-{mode}")
         g = flow_goodput(d, summary)["victim"]
         ax.plot([x for x, _ in g], [y for _, y in g], label=f"victim, {mode}")
         t = run_start(summary)
@@ -134,16 +179,16 @@ def victim(tmp: Path) -> None:
     ax.set_xlabel("seconds since the senders started (the victim starts at 2 s)")
     ax.set_title("congestion spreading: a flow to an idle host, beside a 4:1 incast")
     ax.legend(fontsize=8)
-    _save(fig, "victim", figures)
+    _save(fig, "victim", figures, runs, out)
 
 
-def ecmp(tmp: Path) -> None:
+def ecmp(runs: Runs, out: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3.5))
     figures = {}
     width = 0.4
     for i, name in enumerate(("polarized", "entropy")):
-        summary, d = run(f"ecmp-{name}", tmp)
+        summary, d = runs(f"ecmp-{name}")
         shares = link_shares(d, "leaf1", "spine")
         ports = sorted(shares)
         ax.bar([j + (i - 0.5) * width for j in range(len(ports))],
@@ -154,10 +199,10 @@ def ecmp(tmp: Path) -> None:
     ax.set_ylabel("share of leaf1's uplink bytes")
     ax.set_title("16 QPs from h1 to h2 over four uplinks: one UDP source port, or one per QP")
     ax.legend(fontsize=8)
-    _save(fig, "ecmp", figures)
+    _save(fig, "ecmp", figures, runs, out)
 
 
-def loss(tmp: Path) -> None:
+def loss(runs: Runs, out: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3.5))
     rates = [0.0, 0.001, 0.01, 0.05]
@@ -165,7 +210,7 @@ def loss(tmp: Path) -> None:
     for rate in rates:
         def change(data: dict, rate: float = rate) -> None:
             data["faults"][0]["rate"] = rate
-        summary, d = run("loss-gobackn", tmp, change, label=f"loss-{rate}")
+        summary, d = runs("loss-gobackn", change, label=f"loss-{rate}")
         figures[str(rate)] = {
             "goodput_mbps": round(summary["headline"]["goodput_mbps"], 2),
             "fct_median_s": median_fct_s(d, "h1"),
@@ -175,15 +220,15 @@ def loss(tmp: Path) -> None:
     ax.set_xlabel("random loss into the receiver (the rx_loss fault)")
     ax.set_ylabel("goodput (Mbit/s)")
     ax.set_title("Go-Back-N: two senders into h3, PFC on; each loss resends a window")
-    _save(fig, "loss", figures)
+    _save(fig, "loss", figures, runs, out)
 
 
-def fairness(tmp: Path) -> None:
+def fairness(runs: Runs, out: Path) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
     figures = {}
     for ax, name in zip(axes, ("dcqcn-fairness", "dcqcn-fairness-connectx"), strict=True):
-        summary, d = run(name, tmp)
+        summary, d = runs(name)
         for flow, g in flow_goodput(d, summary).items():
             ax.plot([x for x, _ in g], [y for _, y in g], label=flow, linewidth=1)
         t = run_start(summary)
@@ -196,13 +241,13 @@ def fairness(tmp: Path) -> None:
         ax.set_xlabel("seconds since the first sender started")
         ax.legend(fontsize=8)
     axes[0].set_ylabel("goodput (Mbit/s)")
-    _save(fig, "fairness", figures)
+    _save(fig, "fairness", figures, runs, out)
 
 
-def slow_receiver(tmp: Path) -> None:
+def slow_receiver(runs: Runs, out: Path) -> None:
     plt = _plt()
     fig, (ax_g, ax_p) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
-    summary, d = run("slow-receiver", tmp)
+    summary, d = runs("slow-receiver")
     for flow, g in flow_goodput(d, summary).items():
         ax_g.plot([x for x, _ in g], [y for _, y in g], label=flow)
     pfc = run_pfc_frames(d, summary)
@@ -217,15 +262,16 @@ def slow_receiver(tmp: Path) -> None:
     _save(fig, "slow-receiver", {
         "pfc_frames": pfc_frames_sent(summary), "lossless_drops":
         summary["kernel_drops_lossless"], "delivered_mb": {
-            n: round(f["bytes_received"] / 1e6, 2) for n, f in summary["flows"].items()}})
+            n: round(f["bytes_received"] / 1e6, 2) for n, f in summary["flows"].items()}},
+        runs, out)
 
 
-def storm(tmp: Path) -> None:
+def storm(runs: Runs, out: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3.5))
     figures = {}
     for mode in ("off", "on"):
-        summary, d = run(f"storm-watchdog-{mode}", tmp)
+        summary, d = runs(f"storm-watchdog-{mode}")
         g = flow_goodput(d, summary)["victim"]
         ax.plot([x for x, _ in g], [y for _, y in g], label=f"victim, watchdog {mode}")
         figures[f"watchdog_{mode}"] = {
@@ -236,7 +282,7 @@ def storm(tmp: Path) -> None:
     ax.set_xlabel("seconds since the senders started")
     ax.set_title("a storming NIC starves a victim that shares its spine; the watchdog frees it")
     ax.legend(fontsize=8)
-    _save(fig, "storm", figures)
+    _save(fig, "storm", figures, runs, out)
 
 
 PICTURES = {"incast": incast, "victim": victim, "ecmp": ecmp, "loss": loss,
@@ -247,12 +293,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("which", nargs="*", choices=[[], *PICTURES], default=[],
                     help="pictures to draw (default: all)")
-    ap.add_argument("--keep", type=Path, help="keep the runs' results folders here")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--keep", type=Path, help="keep the runs' results folders here")
+    where.add_argument("--runs", type=Path, help="run nothing: draw from the runs an earlier "
+                       "--keep left in this folder (the newest of each)")
+    ap.add_argument("--out", type=Path, default=OUT, help="where the pictures and their "
+                    "figures go (default: docs/phenomena)")
     args = ap.parse_args()
+    refused = []
     with tempfile.TemporaryDirectory() as scratch:
-        tmp = args.keep or Path(scratch)
+        root = args.runs or args.keep or Path(scratch)
         for name in args.which or PICTURES:
-            PICTURES[name](tmp)
+            try:
+                PICTURES[name](Runs(root, saved=args.runs is not None), args.out)
+            except NotFaithful as e:
+                print(f"pictures.py: not drawing {name}: {e}", file=sys.stderr, flush=True)
+                refused.append(name)
+    if refused:
+        sys.exit(f"pictures.py: refused {', '.join(refused)}: a picture is drawn only from "
+                 "runs the fidelity guard called faithful; nothing was written for "
+                 f"{'them' if len(refused) > 1 else 'it'}")
 
 
 if __name__ == "__main__":

@@ -77,13 +77,11 @@ class AgentConfig(_Strict):
         "switch agent, 0 for none (nice alone). Real-time, a PFC frame preempts BMv2 and the "
         "hosts, as a MAC answers it in hardware: on a 6:1 incast at 40 Mbit/s the pause "
         "reaction's p99 was 0.21-0.34 ms against 4.5-18.1 ms at nice, for the same CPU, and "
-        "every run passed the capacity checks against half (README: How fast it goes). "
+        "every run passed the capacity checks against half (docs/PERFORMANCE.md). "
         "Where the machine refuses it, the agents run at agent.nice and the run says so; "
         "written in the config, a refusal stops the run.")
     one_process: bool = Field(False, description="One agent process for every switch, "
         "opening each switch's sockets inside its namespace: the switches' ticks share its "
-        "wake-ups, so it starts in a third of the time and takes a fifth less CPU under "
-        "incast, but on cores saturated past the fabric's capacity it kept up worse (lossless "
-        "drops in 2 of 6 all-to-all runs at 10 Mbit/s, against none; README: How fast it "
-        "goes). False: a process per switch, inside its namespace.")
+        "wake-ups, so it takes less CPU under incast, but its pause reaction's tail is "
+        "longer (docs/PERFORMANCE.md). False: a process per switch, inside its namespace.")
     pfc_watchdog: PfcWatchdogConfig = Field(default_factory=PfcWatchdogConfig)

@@ -46,9 +46,9 @@ def test_a_log_on_the_fast_build_is_refused_in_the_config() -> None:
 
 def test_a_switch_without_a_log_runs_with_logging_off() -> None:
     """BMv2's default log level is trace, with or without a place to log to: the default
-    build then formats every packet's log messages for nothing, half of its instructions per
-    packet (benchmarks/out/capacity.md). Without switch.log the level is off; with it, debug
-    to the console the switch's log file is copied from."""
+    build then formats every packet's log messages for nothing, more than half of its
+    instructions per packet (benchmarks/out/bmv2_instructions.md). Without switch.log the level
+    is off; with it, debug to the console the switch's log file is copied from."""
     opts = Bmv2Options(name="s1", device_id=1, ports={1: "s1-eth1"}, binary="/bin/ss",
                        grpc_socket=Path("/tmp/s1.grpc"), log_path=Path("/tmp/s1.log"))
     cmd = opts.command()
