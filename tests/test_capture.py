@@ -136,10 +136,14 @@ def test_captures_hold_roce_data_acks_cnps_and_pfc(tmp_path: Path) -> None:
 @pytest.mark.bmv2
 def test_lossy_run_capture_shows_naks(tmp_path: Path) -> None:
     """PFC off, no ECN: leaf1's uplink queue overflows, the receiver sees a gap in the PSNs
-    and answers with a NAK (Go-Back-N), which the sender's capture holds."""
+    and answers with a NAK (Go-Back-N), which the sender's capture holds. A sender whose
+    whole first window is dropped hears nothing back and waits out its retransmission timer:
+    at the default (4.2 s at 10 Mbit/s) that is past this 3 s run, and the run then showed
+    no NAK at h1 (its windows lost whole, or h2's instead of its own). So these senders use
+    a Local ACK Timeout of n = 5 (0.52 s here), as the watchdog scenarios do."""
     need_tshark()
     lossy = {**INCAST, "qos": {"pfc_enable": [], "ecn": {}, "buffer_bytes": 20000},
-             "endpoints": {"dcqcn": False}, "capture": ["h1"]}
+             "endpoints": {"dcqcn": False, "local_ack_timeout": 5}, "capture": ["h1"]}
     res = run_scenario(parse_scenario(lossy), tmp_path, progress=lambda _m: None)
     pcap = res.results_dir / "captures" / "h1.pcap"
     syndromes = tshark(pcap, ["infiniband.aeth.syndrome.opcode"], "infiniband.aeth")
