@@ -256,8 +256,8 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
     lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
            if s.bmv2_lag_max_us is not None]
     # a late XON keeps a link idle as a late XOFF overfills a buffer: both are reactions
-    pauses = [e for e in events if e.event in ("pause", "resume")]
-    blind = sum(1 for e in pauses if e.reaction_us is None)
+    applied = [e for e in events if e.event in ("pause", "resume")]
+    blind = sum(1 for e in applied if e.reaction_us is None)
     if blind:
         why.setdefault("agent_reaction", f"{blind} PFC frames were applied without the "
                                          "frame's kernel timestamp")
@@ -277,7 +277,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
         phantom_below_bytes=peak(below, "phantom_below") if ok_series else None,
         buffer_exceeded_bytes=exceeded if ok_series else None,
         bmv2_lag_us=peak(lag, "bmv2_lag") if ok_series else None,
-        agent_reaction_us=(max((int(e.reaction_us) for e in pauses
+        agent_reaction_us=(max((int(e.reaction_us) for e in applied
                                 if e.reaction_us is not None), default=0)
                            if ok_series and not blind else None),
         cpu_saturated_s=_cpu_saturated(run_dir, cpu_busy_pct, why),

@@ -20,8 +20,9 @@ def qp_source_port(qpn: int, dqpn: int) -> int:
     IBTA's RoCEv2 annex (A17.3.1) sets aside for this entropy. Linux's rxe derives it otherwise
     (rdma_get_udp_sport(): a flow label from the product of the QP numbers), which spreads
     ECMP better. Adopting it moves every QP's path: the 4:1 incast's placement then became
-    unfair under PFC, and one QP paused past the fixed 0.5 s retransmission timeout resent
-    what was not lost. It waits for a retransmission timeout that scales with the link."""
+    unfair under PFC, and one QP paused past the then fixed 0.5 s retransmission timeout resent
+    what was not lost; the timer now scales with the link (traffic.qp.local_ack_timeout_s),
+    and moving the ports is a change of its own to measure."""
     return 0xC000 | (zlib.crc32(f"{qpn}:{dqpn}".encode()) & 0x3FFF)
 
 

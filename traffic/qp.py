@@ -292,14 +292,17 @@ class Requester:
         NIC so far, in all (by default the ``paused`` clock's, else none); the time paused
         since the last progress or check does not count.
 
+        Out of retries (``retry_count`` timeouts in a row with no progress), the QP fails
+        instead (:meth:`_fail`).
+
         Why the timer stands still while paused: in a real fabric the timer (4.096 us x 2^14,
         67 ms, a usual ConnectX setting) is thousands of times a PFC pause, which lasts
-        microseconds at 100 Gbit/s. At emulation scale a pause lasts tens of milliseconds and
-        a QP of an incast can stay paused most of half a second, so a 0.5 s timer counting
-        that time fired in lossless runs that lost nothing (seen: one timeout and 14 packets
-        resent in lab 4's 3:1 incast, the sender paused 0.4 s of the 0.5 s without an ACK), a
-        resend no real NIC would make. A pause of the packets further on (a switch's queue
-        paused) still counts: the NIC cannot see it."""
+        microseconds at 100 Gbit/s. Here the timer is scaled to the link (local_ack_timeout_s)
+        but the default n is far smaller than a real NIC's, and a QP of an incast can stay
+        paused for seconds at 10 Mbit/s; counted, that pause would fire it in lossless runs
+        that lost nothing (seen with a fixed 0.5 s timer: one timeout and 14 packets resent in
+        lab 4's 3:1 incast), a resend no real NIC would make. A pause of the packets further
+        on (a switch's queue paused) still counts: the NIC cannot see it."""
         if paused_s is None:
             paused_s = self._paused(now) if self._paused is not None else 0.0
         held = paused_s - self._paused_seen
