@@ -155,18 +155,18 @@ def judge(load: Load, profile: Profile | None, build: str, margin: float) -> Ver
     return v
 
 
-def auto_rate(verdict_at: Callable[[float], Verdict]) -> float | None:
-    """The highest rate (Mbit/s, a multiple of AUTO_STEP_MBPS) at which ``verdict_at(rate)``
-    fits, or None if not even AUTO_MIN_MBPS does. The load grows with the rate (more capacity
-    carries more packets), so the rates that fit are those below one bound: bisection."""
+def auto_rate(fits: Callable[[float], bool]) -> float | None:
+    """The highest rate (Mbit/s, a multiple of AUTO_STEP_MBPS) at which ``fits(rate)``, or
+    None if not even AUTO_MIN_MBPS does. The load grows with the rate (more capacity carries
+    more packets), so the rates that fit are those below one bound: bisection."""
     lo, hi = round(AUTO_MIN_MBPS / AUTO_STEP_MBPS), round(AUTO_MAX_MBPS / AUTO_STEP_MBPS)
-    if verdict_at(lo * AUTO_STEP_MBPS).status != "fits":
+    if not fits(lo * AUTO_STEP_MBPS):
         return None
-    if verdict_at(hi * AUTO_STEP_MBPS).status == "fits":
+    if fits(hi * AUTO_STEP_MBPS):
         return hi * AUTO_STEP_MBPS
     while hi - lo > 1:  # lo fits, hi does not
         mid = (lo + hi) // 2
-        if verdict_at(mid * AUTO_STEP_MBPS).status == "fits":
+        if fits(mid * AUTO_STEP_MBPS):
             lo = mid
         else:
             hi = mid

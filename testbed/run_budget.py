@@ -15,6 +15,7 @@ from testbed.bmv2_build import BuildError, select
 from testbed.budget import Profile, Verdict, auto_rate, judge
 from testbed.config import FabricConfig
 from testbed.load_model import Load, peak_load
+from testbed.qos import check_qos
 from testbed.topology import DownLinks, Topology, build_topology, link_ends
 
 #: The link-rate fields that may say `auto`, in the fabric section.
@@ -86,18 +87,21 @@ def scenario_verdict(cfg: FabricConfig, topo: Topology, extras: Any,
 def choose_rates(cfg: FabricConfig, topo: Topology, extras: Any, fields: list[str],
                  profile: Profile) -> tuple[float, float] | None:
     """The (host, fabric) rates for the `auto` ``fields``: the highest rate at which the load
-    fits the budget, the same for both when both say auto; None if none fits."""
+    fits the budget and the QoS derived from the rate is valid (the headroom grows with it and
+    must stay within the buffer: :func:`testbed.qos.check_qos`), the same for both when both
+    say auto; None if none does."""
     host, fabric = cfg.fabric.host_link_mbps, cfg.fabric.fabric_link_mbps
 
     def rates(r: float) -> tuple[float, float]:
         return (r if "host_link_mbps" in fields else host,
                 r if "fabric_link_mbps" in fields else fabric)
 
-    def verdict_at(r: float) -> Verdict:
+    def fits(r: float) -> bool:
         c = with_rates(cfg, *rates(r))
-        return scenario_verdict(c, rated_topology(c, topo), extras, profile)
+        return not check_qos(c) and scenario_verdict(
+            c, rated_topology(c, topo), extras, profile).status == "fits"
 
-    r = auto_rate(verdict_at)
+    r = auto_rate(fits)
     return None if r is None else rates(r)
 
 
