@@ -125,3 +125,21 @@ def test_bounce_routes_and_failed_links_shape_the_path() -> None:
 
     passes, _hops = path_shares(sc.topo, "h1", "h3", down_at_start(sc.topo, sc.extras.faults))
     assert passes == {"leaf1": 1.0, "spine1": 1.0, "leaf2": 1.0, "spine2": 1.0, "leaf3": 1.0}
+
+
+def test_every_host_busy_the_issues_permutation() -> None:
+    """Issue #32's workload: 8 hosts of 2x4x2, each writing at line rate to the host four
+    away (h1 -> h5, ..., h5 -> h1: another leaf), PFC + ECN + DCQCN. No link is shared by two
+    flows' full rates (each leaf's two hosts send over two spines, half each), so every flow
+    runs at the line rate, no CNP: each frame crosses three switches, 8 x 3 x FRAMES = 8,123
+    passes a second, against one incast's 1,015."""
+    sc = parse_scenario({
+        "fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 2}, "duration_s": 10,
+        "qos": {"pfc_enable": [3], "ecn": {3: {}}}, "endpoints": {"dcqcn": True},
+        "flows": [{"name": f"f{i}", "src": f"h{i}", "dst": f"h{(i + 3) % 8 + 1}",
+                   "duration_s": 10} for i in range(1, 9)]})
+    load = scenario_load(sc.cfg, sc.topo, sc.extras)
+    assert load.passes == pytest.approx(8 * 3 * FRAMES, rel=1e-6)
+    assert load.host_fps == pytest.approx({f"h{i}": 2 * FRAMES for i in range(1, 9)}, rel=1e-6)
+    assert load.switch_pps["leaf1"] == pytest.approx(4 * FRAMES, rel=1e-6)  # 2 out, 2 in
+    assert load.switch_pps["spine1"] == pytest.approx(4 * FRAMES, rel=1e-6)  # half of 8
