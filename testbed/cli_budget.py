@@ -58,6 +58,7 @@ def calibrate(
     from testbed.bmv2_build import BuildError
     from testbed.calibrate import measure, profile_from
     from testbed.calibration_store import ProfileError, read_profile, write_profile
+    from testbed.control import ControlPlaneError
     from testbed.network import FabricError
 
     try:
@@ -66,7 +67,7 @@ def calibrate(
         _fail(str(exc))
     try:
         ran, cost, c = measure(build, progress=_progress)
-    except (SwitchStartError, BuildError, FabricError, ValueError) as exc:
+    except (SwitchStartError, BuildError, ControlPlaneError, FabricError, ValueError) as exc:
         _fail(str(exc), 1)
     profile = profile_from(ran, cost, c, previous)
     try:
