@@ -177,10 +177,13 @@ def _rate(mbps: float) -> str:
     return f"{mbps:g} Mbit/s"
 
 
-def budget_line(v: Verdict) -> str:
-    """One line: the rate, the time scale, the load and what it costs against the budget."""
+def budget_line(v: Verdict, auto: list[str] | None = None) -> str:
+    """One line: the rate (``auto``: the fields whose rate was chosen), the time scale, the
+    load and what it costs against the budget."""
     rates = (_rate(v.host_mbps) if v.host_mbps == v.fabric_mbps
              else f"hosts {_rate(v.host_mbps)}, fabric {_rate(v.fabric_mbps)}")
+    if auto:
+        rates += f" ({', '.join(f'{f} auto' for f in auto)})"
     scale = v.time_scale
     head = (f"rate {rates}; time scale {scale:,.0f} (a real second is "
             f"{1e6 / scale:,.3g} us at 40 Gbit/s); peak load {v.load.passes:,.0f} packet "

@@ -31,7 +31,7 @@ def budget_or_exit(sc, strict: bool) -> Verdict:
     from testbed.scenario_run import budget_verdict
 
     verdict = budget_verdict(sc)
-    _say(("budget:", "cyan"), " ", budget_line(verdict))
+    _say(("budget:", "cyan"), " ", budget_line(verdict, sc.auto))
     warning = over_budget_warning(verdict)
     if strict and verdict.status != "fits":
         _fail((warning or f"the budget is unknown ({verdict.reason})")

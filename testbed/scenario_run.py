@@ -150,7 +150,7 @@ def budget_verdict(sc: Scenario) -> Verdict:
 def _judged(sc: Scenario, progress) -> Verdict:
     """The run's budget verdict, printed: what it runs at and whether the machine affords it."""
     verdict = budget_verdict(sc)
-    progress(f"budget: {budget_line(verdict)}")
+    progress(f"budget: {budget_line(verdict, sc.auto)}")
     return verdict
 
 

@@ -142,6 +142,9 @@ def test_auto_in_a_scenario_takes_the_rate_and_says_so(stored: Path) -> None:
     assert sc.auto == ["host_link_mbps", "fabric_link_mbps"]
     assert sc.cfg.fabric.host_link_mbps == sc.cfg.fabric.fabric_link_mbps == 50.5
     assert all(link.rate_mbps == 50.5 for link in sc.topo.links)
+    v = scenario_verdict(sc.cfg, sc.topo, sc.extras, read_profile())
+    assert budget_line(v, sc.auto).startswith(
+        "rate 50.5 Mbit/s (host_link_mbps auto, fabric_link_mbps auto); time scale 792 ")
     # only the fabric's links auto: the hosts keep 10 Mbit/s and the load cannot grow past
     # them (0.40 cores at any fabric rate), so the fabric's rate goes up to where its PFC
     # headroom would outgrow the buffer
