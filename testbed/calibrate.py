@@ -80,8 +80,9 @@ def calibration_config(build: str) -> FabricConfig:
                    "host_link_mbps": CALIBRATION_MBPS, "fabric_link_mbps": CALIBRATION_MBPS}})
 
 
-def _cpu_s(procs) -> float:
-    """CPU seconds of these processes and their children, user and system."""
+def cpu_seconds(procs) -> float:
+    """CPU seconds of these processes (psutil.Process) and their ended children, user and
+    system; a process that ended counts nothing (benchmarks/capacity.py uses it too)."""
     total = 0.0
     for p in procs:
         try:
@@ -117,13 +118,13 @@ def background_cores(seconds: float = 1.0) -> float:
 
 
 def _measure(fabric, groups: dict, leaf, seconds: float, eps=None) -> Window:
-    c0 = {k: _cpu_s(v) for k, v in groups.items()}
-    leaf0, w0, f0 = _cpu_s([leaf]), _wakeups(groups["agents"]), _frames(eps) if eps else 0
+    c0 = {k: cpu_seconds(v) for k, v in groups.items()}
+    leaf0, w0, f0 = cpu_seconds([leaf]), _wakeups(groups["agents"]), _frames(eps) if eps else 0
     t0 = time.monotonic()
     time.sleep(seconds)
     dt = time.monotonic() - t0
-    c1 = {k: _cpu_s(v) - c0[k] for k, v in groups.items()}
-    return Window(dt, _cpu_s([leaf]) - leaf0, c1["bmv2"], c1["endpoints"], c1["agents"],
+    c1 = {k: cpu_seconds(v) - c0[k] for k, v in groups.items()}
+    return Window(dt, cpu_seconds([leaf]) - leaf0, c1["bmv2"], c1["endpoints"], c1["agents"],
                   _wakeups(groups["agents"]) - w0, (_frames(eps) - f0) if eps else 0)
 
 
