@@ -99,20 +99,25 @@ def message_wire(message_bytes: int, mtu: int, kind: str = "write") -> Wire:
 def _lookup(routes, ip: str):
     """The longest-prefix route for ``ip`` (None: no route)."""
     addr = IPv4Address(ip)
-    best = None
+    best, best_len = None, -1
     for r in routes:
         net = IPv4Network(r.prefix)
-        if addr in net and (best is None or net.prefixlen > IPv4Network(best.prefix).prefixlen):
-            best = r
+        if addr in net and net.prefixlen > best_len:
+            best, best_len = r, net.prefixlen
     return best
 
 
-def path_shares(topo: Topology, src: str, dst: str,
-                down: DownLinks = frozenset()) -> tuple[dict[str, float], dict[Hop, float]]:
+Shares = tuple[dict[str, float], dict[Hop, float]]
+
+
+def path_shares(topo: Topology, src: str, dst: str, down: DownLinks = frozenset(),
+                routes: dict | None = None) -> Shares:
     """How a packet from host ``src`` to host ``dst`` spreads: the share of it that passes each
-    switch, and that leaves each node's port, ECMP next hops taken evenly."""
+    switch, and that leaves each node's port, ECMP next hops taken evenly. ``routes``: every
+    switch's routes, if already computed (:func:`testbed.topology.compute_routes`)."""
     h_src, h_dst = topo.host(src), topo.host(dst)
-    routes = {s.name: compute_routes(topo, s, down) for s in topo.switches}
+    if routes is None:
+        routes = {s.name: compute_routes(topo, s, down) for s in topo.switches}
     passes: dict[str, float] = defaultdict(float)
     hops: dict[Hop, float] = defaultdict(float)
     hops[(src, 0)] = 1.0
@@ -188,25 +193,37 @@ def running(flows: list[FlowSpec], t: float, end_s: float) -> list[FlowSpec]:
         f.start_s + f.duration_s if f.duration_s is not None else end_s)]
 
 
-def _qps_at(topo: Topology, flows: list[FlowSpec], down: DownLinks) -> list[_Qp]:
+class Paths:
+    """Every pair's :func:`path_shares` in one topology, each worked out once."""
+
+    def __init__(self, topo: Topology, down: DownLinks = frozenset()) -> None:
+        self.topo, self.down = topo, down
+        self.routes = {s.name: compute_routes(topo, s, down) for s in topo.switches}
+        self._shares: dict[tuple[str, str], Shares] = {}
+
+    def __call__(self, src: str, dst: str) -> Shares:
+        if (src, dst) not in self._shares:
+            self._shares[(src, dst)] = path_shares(self.topo, src, dst, self.down, self.routes)
+        return self._shares[(src, dst)]
+
+
+def _qps_at(topo: Topology, flows: list[FlowSpec], paths: Paths) -> list[_Qp]:
     """One :class:`_Qp` per flow (its QPs), each QP's demand its NIC's rate or its cap."""
-    paths: dict[tuple[str, str], dict[Hop, float]] = {}
     out = []
     for f in flows:
-        if (f.src, f.dst) not in paths:
-            paths[(f.src, f.dst)] = path_shares(topo, f.src, f.dst, down)[1]
         demand = topo.host(f.src).rate_mbps * 1e6
         if f.rate_cap_mbps is not None:
             demand = min(demand, f.rate_cap_mbps * 1e6)
-        out.append(_Qp(f, f.qps, demand, paths[(f.src, f.dst)]))
+        out.append(_Qp(f, f.qps, demand, paths(f.src, f.dst)[1]))
     return out
 
 
 def load_at(topo: Topology, flows: list[FlowSpec], cnp_classes: set[int],
-            down: DownLinks = frozenset()) -> Load:
+            down: DownLinks = frozenset(), paths: Paths | None = None) -> Load:
     """The load of ``flows`` all sending at once. ``cnp_classes``: the classes whose congestion
     makes receivers send CNPs (ECN-marked, DCQCN on)."""
-    qps = _qps_at(topo, flows, down)
+    paths = paths or Paths(topo, down)
+    qps = _qps_at(topo, flows, paths)
     capacity = {hop: link_capacity_bps(topo, hop) for q in qps for hop in q.hops}
     max_min_rates(qps, capacity)
     load = Load(topo.hosts[0].rate_mbps if topo.hosts else 0.0,
@@ -214,12 +231,8 @@ def load_at(topo: Topology, flows: list[FlowSpec], cnp_classes: set[int],
     sw: dict[str, float] = defaultdict(float)
     hosts: dict[str, float] = defaultdict(float)
     goodput: dict[str, float] = defaultdict(float)
-    shares: dict[tuple[str, str], dict[str, float]] = {}
     for q in qps:
         f = q.flow
-        for a, b in ((f.src, f.dst), (f.dst, f.src)):
-            if (a, b) not in shares:
-                shares[(a, b)] = path_shares(topo, a, b, down)[0]
         wire = message_wire(f.message_bytes, topo.mtu, f.kind)
         msgs = q.n * q.rate_bps / 8 / wire.wire_bytes
         data, acks = msgs * wire.packets, msgs * wire.acks
@@ -227,9 +240,9 @@ def load_at(topo: Topology, flows: list[FlowSpec], cnp_classes: set[int],
         if f.tc in cnp_classes and q.frozen_by is not None and q.frozen_by[1] != 0:
             rate_bps = topo.host(f.dst).rate_mbps * 1e6
             cnps = q.n / (CNP_INTERVAL_S_AT_40G * REFERENCE_LINK_BPS / rate_bps)
-        for name, share in shares[(f.src, f.dst)].items():
+        for name, share in paths(f.src, f.dst)[0].items():
             sw[name] += data * share
-        for name, share in shares[(f.dst, f.src)].items():
+        for name, share in paths(f.dst, f.src)[0].items():
             sw[name] += (acks + cnps) * share
         hosts[f.src] += data + acks + cnps
         hosts[f.dst] += data + acks + cnps
@@ -252,8 +265,9 @@ def peak_load(topo: Topology, flows: list[FlowSpec], end_s: float, cnp_classes: 
     best = Load(topo.hosts[0].rate_mbps if topo.hosts else 0.0, _fabric_rate(topo),
                 switch_pps={s.name: 0.0 for s in topo.switches},
                 host_fps={h.name: 0.0 for h in topo.hosts})
+    paths = Paths(topo, down)
     for t in sorted({f.start_s for f in flows}):
-        load = load_at(topo, running(flows, t, end_s), cnp_classes, down)
+        load = load_at(topo, running(flows, t, end_s), cnp_classes, down, paths)
         load.at_s = t
         if load.passes + load.frames > best.passes + best.frames:
             best = load
