@@ -266,6 +266,7 @@ def test_over_budget_is_told_before_the_run_and_refused_with_strict(stored: Path
         raise scenario_run.RunFailed("stopped by the test before any switch")
 
     monkeypatch.setattr(scenario_run, "run_scenario", no_run)
+    monkeypatch.setattr("testbed.run.interrupt_on_sigterm", lambda: None)  # pytest's SIGTERM
     write_profile(profile(us_per_pass=2000))
     args = ["run", str(INCAST), "--results", str(tmp_path / "results")]
     r = CliRunner().invoke(app, [*args, "--strict"], env={"COLUMNS": "300"})
