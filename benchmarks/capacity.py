@@ -148,6 +148,7 @@ def run_trial(shape_name: str, rate: float, mtu: int, build: str, incast_s: floa
 def _load(cfg, pairs: list[tuple[str, str]], rate: float, incast_s: float, tmp: Path) -> Trial:
     import psutil
 
+    from testbed.calibrate import cpu_seconds
     from testbed.fabric import Fabric
     from testbed.measure import fabric_counters
     from testbed.topology import build_topology
@@ -163,7 +164,7 @@ def _load(cfg, pairs: list[tuple[str, str]], rate: float, incast_s: float, tmp: 
         eps = fabric.start_endpoints(["--no-dcqcn"])
         procs = {"agents": [psutil.Process(p.pid) for p in fabric.agent_pool.procs],
                  "endpoints": [psutil.Process(p.pid) for p in fabric.endpoint_pool.procs]}
-        cpu0 = {k: _cpu(v) for k, v in procs.items()}
+        cpu0 = {k: cpu_seconds(v) for k, v in procs.items()}
         flows = [FlowSpec(name=f"f{i}", src=s, dst=d, message_bytes=msg, count=count)
                  for i, (s, d) in enumerate(pairs)]
         runner = FlowRunner(flows, eps, {h.name: h.ip for h in topo.hosts})
@@ -173,7 +174,7 @@ def _load(cfg, pairs: list[tuple[str, str]], rate: float, incast_s: float, tmp: 
         while not runner.done() and time.monotonic() < deadline:
             time.sleep(0.05)
         elapsed = time.monotonic() - t0
-        cpu = {k: _cpu(v) - cpu0[k] for k, v in procs.items()}
+        cpu = {k: cpu_seconds(v) - cpu0[k] for k, v in procs.items()}
         done = runner.done()
         time.sleep(1.0)  # let the last PFC/XON settle
         counters = fabric_counters(fabric)
@@ -185,17 +186,6 @@ def _load(cfg, pairs: list[tuple[str, str]], rate: float, incast_s: float, tmp: 
     return judge(cfg, tmp, qps, counters, done, msg * count,
                  {"elapsed_s": elapsed, "cpu_s": cpu, "count": count, "rate": rate, "fan": fan,
                   "incast": incast})
-
-
-def _cpu(procs) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except Exception:  # noqa: BLE001 - a process that ended: its time is gone with it
-            pass
-    return total
 
 
 def judge(cfg, run_dir: Path, qps: list[dict], counters, done: bool, per_qp: int,

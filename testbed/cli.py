@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from testbed.cli_budget import budget_or_exit, calibrate
 from testbed.cli_output import console, print_agents, print_fidelity, print_run
 from testbed.cli_output import say as _say
 from testbed.config import ConfigError, FabricConfig
@@ -191,6 +192,9 @@ def run(
     capture: Annotated[list[str] | None, typer.Option(
         help="Capture a host's NIC (h1) or a switch port (leaf1:2) into captures/*.pcap, "
              "besides the scenario's own `capture` list; repeatable.")] = None,
+    strict: Annotated[bool, typer.Option(
+        help="Refuse to run when the load is over this machine's budget, or the budget is "
+             "unknown (no `testbed calibrate`).")] = False,
 ) -> None:
     """Run a scenario: fabric, QoS, watchdog, flows and faults on a timeline; write results."""
     from testbed.capture import CaptureError, target_problem
@@ -211,6 +215,7 @@ def run(
 
         if problem := out_problem(out):
             _fail(problem)
+    verdict = budget_or_exit(sc, strict)
     if os.geteuid() != 0:
         _fail("the testbed needs root for namespaces and veths: run it with sudo")
     from testbed.run import interrupt_on_sigterm
@@ -225,7 +230,7 @@ def run(
     try:
         with for_sudo_user(out or results), RunProgress(console) as live:
             res = run_scenario(sc, results, progress=_progress, status=live.callback,
-                               run_dir=out)
+                               run_dir=out, verdict=verdict)
     except (SwitchStartError, ControlPlaneError, FabricError, CaptureError, RunFailed) as exc:
         _fail(str(exc), 1)
     except KeyboardInterrupt:
@@ -320,6 +325,9 @@ def doctor() -> None:
         table.add_row(Text(c.name), status, Text(c.detail), Text(c.fix))
     Console().print(table)
     raise typer.Exit(1 if missing else 0)
+
+
+app.command()(calibrate)
 
 
 @app.command()

@@ -62,10 +62,13 @@ class FabricShape(_Strict):
     host_link_mbps: float = Field(
         DEFAULT_LINK_MBPS, gt=0, le=1000, description=(
             "Host-to-leaf link rate in Mbit/s. Real counterpart: 100-400 Gbit/s NIC ports; the "
-            "emulation runs 10^4 times slower so that BMv2 on two cores keeps up."))
+            "emulation runs 10^4 times slower so that BMv2 on two cores keeps up. In a "
+            "scenario, `auto`: the highest rate at which its flows' load fits this machine's "
+            "measured budget (testbed calibrate; docs/BUDGET.md)."))
     fabric_link_mbps: float = Field(
         DEFAULT_LINK_MBPS, gt=0, le=1000,
-        description="Leaf-to-spine link rate in Mbit/s (real: 100-800 Gbit/s).")
+        description="Leaf-to-spine link rate in Mbit/s (real: 100-800 Gbit/s); `auto` as "
+        "host_link_mbps.")
     mtu: int = Field(
         9000,
         ge=1500,
@@ -352,6 +355,13 @@ class FidelityConfig(_Strict):
         "(the phantom's shortfall, the buffer exceeded); this is about time: 50 ms is a quarter of "
         "the DCQCN timers at 10 Mbit/s (55 us x 4000 = 220 ms) and half the watchdog's "
         "polling interval. A real switch holds a packet for microseconds.")
+    cpu_budget_margin: float = Field(
+        0.25, ge=0, lt=1, description="Share of the cores left for the testbed (testbed "
+        "calibrate) that a run's measured load may not use: what the load model leaves out "
+        "(PFC frames, the agents' work per pause, the samplers, the kernel's veths) and bursts "
+        "above the mean. A run over the rest is flagged before it starts; an `auto` link rate "
+        "is the highest that stays within it (docs/BUDGET.md). A real switch has no "
+        "counterpart: its pipeline is hardware.")
 
 
 class FabricConfig(_Strict):

@@ -82,6 +82,25 @@ def probe_realtime() -> Check:
                  "--cap-add SYS_NICE --cpu-rt-runtime 950000)", required=False)
 
 
+def calibration_check() -> Check:
+    """This machine's measured budget (testbed calibrate): what it holds, or how to get it.
+    Optional: runs work without it, but their budget is unknown and `auto` rates refused."""
+    from testbed.calibration_store import load_profile, profile_path
+
+    p, reason = load_profile()
+    if p is None:
+        return Check("calibration", False, reason, "`sudo testbed calibrate` (a minute) "
+                     "measures this machine's CPU budget; `auto` link rates need it",
+                     required=False)
+    builds = "; ".join(f"{b} build {c.us_per_pass:.0f} us a packet pass, {c.idle_cores:.1%} "
+                       f"of a core idle" for b, c in sorted(p.builds.items()))
+    return Check("calibration", True, (
+        f"{profile_path()}, {p.measured_at}: {p.cores} cores, {p.background_cores:.2f} busy "
+        f"with other work then; BMv2 {builds}; endpoint {p.endpoint_us_per_frame:.0f} us a "
+        f"frame; agent {p.agent_us_per_wakeup:.0f} us a wake-up, "
+        f"{p.agent_wakeups_per_s:.0f} wake-ups/s"), required=False)
+
+
 def run_checks() -> list[Check]:
     apt = "sudo apt-get install -y"
     checks = [Check("root", os.geteuid() == 0, f"uid {os.geteuid()}",
@@ -115,6 +134,7 @@ def run_checks() -> list[Check]:
                                 required=name in REQUIRED_QDISCS))
     if os.geteuid() == 0:
         checks.append(probe_realtime())
+    checks.append(calibration_check())
     for mod in PY_MODULES:
         try:
             importlib.import_module(mod)

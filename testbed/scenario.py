@@ -40,7 +40,7 @@ the endpoints' per-QP series, P4 counters sampled over the run (``p4_counters.cs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from testbed.config import ConfigError, FabricConfig
 from testbed.constants import LOCAL_ACK_TIMEOUT, RETRY_COUNT
+from testbed.run_budget import AUTO_FIELDS, auto_fields, auto_problem, choose_rates
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowSpec
@@ -181,6 +182,8 @@ class Scenario:
     extras: ScenarioExtras
     topo: Topology
     source: str = "scenario"
+    #: the fabric fields the file set to `auto`, now holding the rates chosen for them
+    auto: list[str] = field(default_factory=list)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -191,6 +194,9 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
+    fields = auto_fields(data)
+    if fields:
+        return _parse_auto(data, source, fields)
     problems: list[str] = []
     cfg = None
     try:
@@ -211,6 +217,28 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
     if problems:
         raise ConfigError(problems, source)
     return Scenario(cfg, extras, topo, source)
+
+
+def _parse_auto(data: dict, source: str, fields: list[str]) -> Scenario:
+    """A scenario whose link rates say `auto`: parsed at the default rate for its flows, then
+    at the highest rate whose load fits this machine's measured budget (testbed.run_budget)."""
+    from testbed.calibration_store import load_profile
+
+    shape = {k: v for k, v in data["fabric"].items() if k not in fields}
+    first = parse_scenario({**data, "fabric": shape}, source)
+    profile, reason = load_profile()
+    if profile is None:
+        raise ConfigError([auto_problem(fields, reason)], source)
+    rates = choose_rates(first.cfg, first.topo, first.extras, fields, profile)
+    if rates is None:
+        raise ConfigError([f"fabric.{fields[0]}: auto found no rate from 0.1 Mbit/s up at "
+                           "which this scenario's load fits this machine's budget (testbed "
+                           "calibrate): fewer hosts or flows, a smaller "
+                           "fidelity.cpu_budget_margin, or a rate in Mbit/s"], source)
+    shape.update(zip(AUTO_FIELDS, rates, strict=True))
+    sc = parse_scenario({**data, "fabric": shape}, source)
+    sc.auto = fields
+    return sc
 
 
 def _flow_problems(cfg: FabricConfig, extras: ScenarioExtras, topo: Topology) -> list[str]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.analysis import deadlock_summary
+from testbed.budget import Verdict, budget_line
 from testbed.capture import Captures
 from testbed.counter_sampler import CounterSampler
 from testbed.results import P4_COUNTERS_FILE, run_events
@@ -49,10 +50,11 @@ STATUS_PERIOD_S = 0.5
 
 def run_scenario(sc: Scenario, results_root: Path, progress=print,
                  status: Callable[[RunStatus], None] | None = None,
-                 run_dir: Path | None = None) -> RunResult:
+                 run_dir: Path | None = None, verdict: Verdict | None = None) -> RunResult:
     """Run ``sc`` and write its results folder under ``results_root`` (named after the scenario
     and the time), or into ``run_dir``. ``progress`` gets a line per step and per fault as it
-    fires; ``status``, if given, a RunStatus every STATUS_PERIOD_S while the flows run."""
+    fires; ``status``, if given, a RunStatus every STATUS_PERIOD_S while the flows run;
+    ``verdict``, the load against the budget if judged already (summary.json's ``budget``)."""
     from testbed.fabric import Fabric
     from testbed.measure import fabric_counters, hidden_loss, kernel_drops
     from testbed.run import Run
@@ -60,11 +62,9 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
     run = (Run(sc.cfg, sc.topo, run_dir, progress) if run_dir is not None
            else Run.named(sc.cfg, sc.topo, results_root, progress))
     run_dir = run.results_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "scenario.json").write_text(json.dumps(
-        {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
-        indent=2))
+    _write_scenario(sc, run_dir)
     res = RunResult(run_dir)
+    verdict = verdict or _judged(sc, progress)
     fabric = Fabric(sc.cfg, sc.topo, run_dir, run=run)
     timeline: list[dict] = []
     sampler = None
@@ -119,6 +119,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         if tel is not None:  # the fidelity guard's verdict and what the agents ran at
             res.summary.update({k: tel.get(k) for k in ("fidelity", "agents")})
         res.summary.setdefault("timeline", timeline)
+        res.summary["budget"] = {**verdict.to_dict(), "auto": sc.auto}
         res.summary["watchdog_events"] = _watchdog_events(run_dir)
         if stopped_at is not None:
             res.summary["deadlock"] = deadlock_summary(run_dir, stopped_at,
@@ -127,6 +128,30 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
         _write_reports(run_dir, progress)
     return res
+
+
+def _write_scenario(sc: Scenario, run_dir: Path) -> None:
+    """scenario.json: the resolved config (an `auto` rate as the number chosen) and the rest."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "scenario.json").write_text(json.dumps(
+        {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
+        indent=2))
+
+
+def budget_verdict(sc: Scenario) -> Verdict:
+    """The scenario's load at its rates against this machine's profile (unknown without)."""
+    from testbed.calibration_store import load_profile
+    from testbed.run_budget import scenario_verdict
+
+    profile, reason = load_profile()
+    return scenario_verdict(sc.cfg, sc.topo, sc.extras, profile, reason)
+
+
+def _judged(sc: Scenario, progress) -> Verdict:
+    """The run's budget verdict, printed: what it runs at and whether the machine affords it."""
+    verdict = budget_verdict(sc)
+    progress(f"budget: {budget_line(verdict, sc.auto)}")
+    return verdict
 
 
 def _add_headline(run_dir: Path, summary: dict, progress) -> None:

@@ -64,6 +64,13 @@ def parse_fields(data: Any, source: str = "config") -> FabricConfig:
              f"({', '.join(FabricConfig.model_fields)}), not a {type(data).__name__}"],
             source,
         )
+    shape = data.get("fabric")
+    autos = [k for k in ("host_link_mbps", "fabric_link_mbps")
+             if isinstance(shape, dict) and shape.get(k) == "auto"]
+    if autos:  # testbed.run_budget resolves it, from a scenario's flows
+        raise ConfigError([f"fabric.{k}: auto is chosen from a scenario's flows (testbed run "
+                           "SCENARIO.yaml); a fabric alone needs a rate in Mbit/s"
+                           for k in autos], source)
     try:
         return FabricConfig.model_validate(data)
     except ValidationError as err:

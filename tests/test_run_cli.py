@@ -90,10 +90,14 @@ def test_without_sudo_nothing_changes_hands(tmp_path: Path, monkeypatch) -> None
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
 def test_run_shows_its_progress_and_gives_the_results_to_the_user(tmp_path: Path) -> None:
     """In a terminal (script(1) gives the command one), as `sudo testbed run` would be."""
+    from testbed.calibration_store import write_profile
+    from tests.test_budget import profile
+
     results = tmp_path / "results"
+    calibration = write_profile(profile(), tmp_path / "lib" / "calibration.json")
     cmd = f"{sys.executable} -m testbed.cli run {_scenario(tmp_path)} --results {results}"
     env = {**os.environ, "SUDO_UID": str(USER[0]), "SUDO_GID": str(USER[1]),
-           "COLUMNS": "120"}
+           "COLUMNS": "120", "ROCE_TESTBED_CALIBRATION": str(calibration)}
     r = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True,
                        cwd=REPO, env=env, timeout=180)
     out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", r.stdout)  # colours and cursor moves
@@ -108,6 +112,16 @@ def test_run_shows_its_progress_and_gives_the_results_to_the_user(tmp_path: Path
     (run_dir,) = results.iterdir()
     assert (run_dir / "summary.json").is_file() and (run_dir / "report.html").is_file()
     assert _owners(results) == {USER}, "the results belong to the user who ran sudo"
+    # the rate, the time scale and the load against the budget: said before the fabric comes
+    # up, and kept in summary.json
+    said = " ".join(out.split())
+    assert said.index("budget: rate 10 Mbit/s; time scale 4,000") < said.index("creating")
+    assert re.search(r"needs 0\.\d\d of 1\.50 cores \(2 cores less 25% margin, \w+ build\): "
+                     r"fits", said), said[:2000]
+    budget = json.loads((run_dir / "summary.json").read_text())["budget"]
+    assert (budget["status"], budget["host_link_mbps"], budget["time_scale"]) == (
+        "fits", 10.0, 4000.0)
+    assert budget["load"]["passes_per_s"] > 0 and budget["cores_limit"] == 1.5
 
 
 #: What dies mid-run (a pattern for pkill -f), and the one line the user must see.
