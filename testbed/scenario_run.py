@@ -14,6 +14,7 @@ from pathlib import Path
 from testbed.analysis import deadlock_summary
 from testbed.capture import Captures
 from testbed.counter_sampler import CounterSampler
+from testbed.owner import make_results_dir
 from testbed.results import P4_COUNTERS_FILE, run_events
 from testbed.scenario import Fault, Scenario
 from traffic.client import EndpointError
@@ -60,7 +61,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
     run = (Run(sc.cfg, sc.topo, run_dir, progress) if run_dir is not None
            else Run.named(sc.cfg, sc.topo, results_root, progress))
     run_dir = run.results_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_results_dir(run_dir)
     (run_dir / "scenario.json").write_text(json.dumps(
         {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
         indent=2))
