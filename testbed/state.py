@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.names import is_name
-from testbed.safepath import UnsafePath, read_own, secure_dir, write_new
+from testbed.safepath import UnsafePath, check_ancestors, read_own, secure_dir, write_new
 from testbed.state_check import (
     ProcFacts,
     RunFacts,
@@ -302,6 +302,7 @@ def recorded_runs(report: Report = _to_stderr) -> list[RunState]:
     """Every run's record in the runtime folder (checked first: testbed.safepath); a record
     that is not root's or not well formed is reported and left out."""
     if not os.path.lexists(RUNTIME_DIR):
+        check_ancestors(RUNTIME_DIR)  # nothing recorded, but a link on the way is said
         return []
     root = runtime_root()
     runs = []
