@@ -193,3 +193,45 @@ def test_a_file_is_written_afresh_and_read_only_when_ours(tmp_path: Path) -> Non
     link.symlink_to(target)
     with pytest.raises(UnsafePath, match="cannot open"):
         read_own(link)  # O_NOFOLLOW
+
+
+def test_the_cli_refuses_a_hostile_file_before_anything_runs(tmp_path: Path) -> None:
+    """As a student would hand it round: `testbed run` says which field, no traceback."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    bad = tmp_path / "hostile.yaml"
+    bad.write_text(yaml.safe_dump(_scenario(flows=_flow(name="x; rm -rf ~"))))
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(bad), "--results",
+                        str(tmp_path / "results")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "flows.0.name: String should match pattern" in " ".join(r.stderr.split())
+    assert not (tmp_path / "results").exists()
+
+
+#: Calls that would run a string as code or as a shell command line.
+_UNSAFE_CALLS = {"os.system", "os.popen", "yaml.load", "yaml.unsafe_load", "yaml.full_load",
+                 "eval", "exec"}
+
+
+def test_no_shell_strings_and_no_unsafe_loaders_in_the_code() -> None:
+    """No ``shell=True``, ``os.system``, ``os.popen``, non-safe YAML loader, eval or exec in
+    testbed/, traffic/ or benchmarks/ (read with ast; nothing is imported)."""
+    import ast
+
+    repo = Path(__file__).resolve().parent.parent
+    found = []
+    for pkg in ("testbed", "traffic", "benchmarks"):
+        for path in sorted((repo / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = ast.unparse(node.func)
+                shell = any(k.arg == "shell" and not (isinstance(k.value, ast.Constant)
+                                                      and k.value.value is False)
+                            for k in node.keywords)
+                if name in _UNSAFE_CALLS or shell:
+                    found.append(f"{path.relative_to(repo)}:{node.lineno}: {name}")
+    assert not found, found
