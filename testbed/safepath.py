@@ -83,7 +83,10 @@ def secure_dir(path: Path, *, parents: bool = False) -> Path:
         pass
     except OSError as exc:
         raise UnsafePath(f"cannot create {path}: {exc.strerror}") from None
-    problem = folder_problem(path, os.lstat(path), private=True)
+    st = os.lstat(path)
+    if st.st_uid == 0 != os.geteuid() and not stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"{path} is root's: run the testbed with sudo")
+    problem = folder_problem(path, st, private=True)
     if problem:
         raise UnsafePath(f"{problem}: refusing to use it; remove it (sudo rm -r {path}) "
                          "and run again")

@@ -111,6 +111,13 @@ def test_a_runtime_folder_others_can_write_or_a_link_is_refused(attacker,
     assert list(good.iterdir()) == []
 
 
+def test_another_user_running_the_testbed_is_told_to_use_sudo(attacker) -> None:
+    """Without sudo, `testbed down` reads nothing of root's runtime folder and says why."""
+    state.runtime_root()
+    r = as_user(attacker, *TESTBED, "down", cwd="/tmp")
+    assert one_error(r) == f"error: {state.RUNTIME_DIR} is root's: run the testbed with sudo"
+
+
 # -- the fabric lock ---------------------------------------------------------------------------
 
 def test_no_other_user_can_take_the_lock_first(attacker, shared: Path) -> None:
