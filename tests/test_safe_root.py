@@ -43,7 +43,8 @@ def attacker() -> Iterator[pwd.struct_passwd]:
         made = True
     yield pwd.getpwnam(ATTACKER)
     if made:
-        subprocess.run(["userdel", ATTACKER], check=False, capture_output=True)
+        r = subprocess.run(["userdel", ATTACKER], capture_output=True, text=True)
+        assert r.returncode == 0, f"{ATTACKER} left behind: {r.stderr}"
 
 
 def as_user(user: pwd.struct_passwd, *cmd: str, **kw) -> subprocess.CompletedProcess:
@@ -133,7 +134,7 @@ def test_no_other_user_can_take_the_lock_first(attacker, shared: Path) -> None:
     theirs = sticky / "fabric.lock"
     holder = subprocess.Popen(["setpriv", f"--reuid={attacker.pw_uid}",
                                f"--regid={attacker.pw_gid}", "--clear-groups", "--", "flock",
-                               str(theirs), "sleep", "60"])
+                               str(theirs), "sleep", "60"], start_new_session=True)
     try:
         deadline = time.time() + 10
         while not theirs.exists() and time.time() < deadline:
@@ -147,7 +148,7 @@ def test_no_other_user_can_take_the_lock_first(attacker, shared: Path) -> None:
         assert r.returncode != 0 and f"{theirs} belongs to {ATTACKER}" in r.stderr, r.stderr
         assert holder.poll() is None  # the student's process: untouched
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)  # flock and the sleep it holds the lock for
         holder.wait()
 
 
