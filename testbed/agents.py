@@ -26,6 +26,7 @@ from testbed.agent import AgentPort, agent_config
 from testbed.config import FabricConfig
 from testbed.network import FabricError, tick_intfs
 from testbed.qos import max_frame_bytes, port_specs
+from testbed.safepath import write_new
 from testbed.state import RunState
 from testbed.topology import Topology, intf_name
 
@@ -106,7 +107,7 @@ class AgentPool:
             path = self.config_path(sw.name)
             node = net.get(sw.name)
             netns = f"/proc/{node.pid}/ns/net" if one else None
-            path.write_text(json.dumps(self.config(sw.name, netns)))
+            write_new(path, json.dumps(self.config(sw.name, netns)))
             paths.append(str(path))
             if not one:
                 with open(self.log_path(sw.name), "w") as log:

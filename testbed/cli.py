@@ -20,6 +20,7 @@ from testbed.cli_output import say as _say
 from testbed.config import ConfigError, FabricConfig
 from testbed.labs.cli import lab_app
 from testbed.owner import for_sudo_user
+from testbed.safepath import UnsafePath
 from testbed.validate import explain, load_config, parse_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -120,7 +121,7 @@ def _up(cfg: FabricConfig, topo, results: Path, endpoints: bool, pingall: bool,
     try:
         try:
             fabric.start()
-        except (SwitchStartError, ControlPlaneError, FabricError) as exc:
+        except (SwitchStartError, ControlPlaneError, FabricError, UnsafePath) as exc:
             _fail(str(exc), 1)
         _say(("fabric up", "green"),
              f": {len(topo.spines)} spines, {len(topo.leaves)} leaves, {len(topo.hosts)} hosts "
@@ -173,11 +174,14 @@ def _run_exec(fabric, commands: list[str], status: int) -> int:
 def _stop_all(gentle: bool) -> None:
     from testbed.state import ask_owners_to_stop, clean_all, recorded_runs
 
-    if gentle and ask_owners_to_stop():  # each owner tears its own fabric down first
-        deadline = time.monotonic() + 15
-        while recorded_runs() and time.monotonic() < deadline:
-            time.sleep(0.2)
-    counts = clean_all()
+    try:
+        if gentle and ask_owners_to_stop():  # each owner tears its own fabric down first
+            deadline = time.monotonic() + 15
+            while recorded_runs(report=lambda _line: None) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        counts = clean_all(report=lambda line: _say(("skipped", "yellow"), " ", line))
+    except UnsafePath as exc:
+        _fail(str(exc), 1)
     console.print(f"removed {counts['runs']} run(s): {counts['processes']} processes, "
                   f"{counts['interfaces']} interfaces, {counts['files']} files")
 
@@ -231,7 +235,8 @@ def run(
         with for_sudo_user(out or results), RunProgress(console) as live:
             res = run_scenario(sc, results, progress=_progress, status=live.callback,
                                run_dir=out, verdict=verdict)
-    except (SwitchStartError, ControlPlaneError, FabricError, CaptureError, RunFailed) as exc:
+    except (SwitchStartError, ControlPlaneError, FabricError, CaptureError, RunFailed,
+            UnsafePath) as exc:
         _fail(str(exc), 1)
     except KeyboardInterrupt:
         console.print("interrupted: the fabric was torn down; partial results were kept")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from testbed.headline_text import FIGURES, fmt
 from testbed.owner import for_sudo_user
+from testbed.safepath import UnsafePath
 
 
 class ExperimentError(Exception):
@@ -64,7 +65,7 @@ def sweep_main(scenario: Path, sets: list[str], repeat: int, out: Path | None,
         with for_sudo_user(results, folder.parent), RunProgress(console) as live:
             records = run_sweep(plan, folder, lambda sc, d, p: run_scenario(
                 sc, d, p, status=live.callback), progress)
-    except (SwitchStartError, ControlPlaneError, FabricError, RunFailed) as exc:
+    except (SwitchStartError, ControlPlaneError, FabricError, RunFailed, UnsafePath) as exc:
         raise ExperimentError(f"{exc} (the runs before it are in {folder})", 1) from None
     except KeyboardInterrupt:
         console.print(f"interrupted: the runs finished so far and their table are in {folder}",
@@ -99,8 +100,11 @@ def compare_main(folders: list[Path], out: Path | None, console) -> int:
         console.print("--out DIR also writes compare.md, compare.csv and compare.png (the "
                       "flows' goodput and PFC frames over time, overlaid)", markup=False)
         return 0
-    with for_sudo_user(out.parent):
-        paths = write(views, out)
+    try:
+        with for_sudo_user(out.parent):
+            paths = write(views, out)
+    except UnsafePath as exc:
+        raise ExperimentError(str(exc), 1) from None
     for path in paths:
         console.print(f"wrote {path}", markup=False, highlight=False)
     return 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.headline_text import FIGURES, fmt, markdown_table
+from testbed.owner import make_results_dir
 
 
 class CompareError(ValueError):
@@ -87,7 +88,7 @@ def write(views: list[RunView], out: Path) -> list[Path]:
     from testbed.experiment_plots import plot_compare
     from testbed.headline_series import flow_goodput, run_pfc_frames
 
-    out.mkdir(parents=True, exist_ok=True)
+    make_results_dir(out)
     header, rows = table(views)
     md = out / "compare.md"
     md.write_text("\n".join([

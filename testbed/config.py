@@ -24,6 +24,7 @@ from testbed.config_agent import PfcWatchdogConfig as PfcWatchdogConfig
 from testbed.config_base import ConfigError as ConfigError  # re-exported: callers import it here
 from testbed.config_base import _refuse, _Strict
 from testbed.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_PORT_BITMAP_BITS
+from testbed.names import NAME_PATTERN
 
 #: Fields of the packet that ECMP may hash on. The UDP source port is the only per-QP entropy a
 #: RoCEv2 flow carries, so leaving it out is how polarization is shown.
@@ -369,7 +370,7 @@ class FabricConfig(_Strict):
 
     name: str = Field(
         "fabric",
-        pattern=r"^[a-z][a-z0-9-]{0,23}$",
+        pattern=NAME_PATTERN,
         description="Run name, used for the results folder.",
     )
     fabric: FabricShape = Field(default_factory=FabricShape)

@@ -9,8 +9,9 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from testbed.config_base import _Strict
+from testbed.names import PORT_PATTERN
 
-_SWITCH_PORT = re.compile(r"[a-z][a-z0-9]*:[0-9]+")
+_SWITCH_PORT = re.compile(PORT_PATTERN)
 
 
 class PfcWatchdogConfig(_Strict):

@@ -157,7 +157,7 @@ class Fabric:
             raise FabricError(
                 f"a fabric is already up on this machine ({other.name!r}, process "
                 f"{other.owner_pid}): stop it with `sudo testbed down` (or wait for it)")
-        for name, n in clean_orphans():
+        for name, n in clean_orphans(report=lambda line: self.progress(f"skipped {line}")):
             self.progress(f"removed what the killed run {name!r} left: {n['processes']} "
                           f"processes, {n['interfaces']} interfaces, {n['files']} files")
 

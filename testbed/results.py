@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import IO, Any, ClassVar, Generic, TypeVar
 
+from testbed.safepath import read_own, write_new
+
 # -- the columns --------------------------------------------------------------------------------
 
 TELEMETRY_COLUMNS = [
@@ -290,7 +292,7 @@ def cpu_writer(path: Path | str) -> CsvWriter[CpuRow]:
 def write_pfcwd(path: Path | str, state: PfcwdState) -> None:
     """Written whole, then renamed, so that a reader never sees half a file."""
     tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(asdict(state)))
+    write_new(tmp, json.dumps(asdict(state)))  # no link followed (testbed.safepath)
     tmp.replace(path)
 
 
@@ -318,7 +320,7 @@ def read_cpu(path: Path | str) -> list[CpuRow]:
 
 
 def read_pfcwd(path: Path | str) -> PfcwdState:
-    d = json.loads(Path(path).read_text())
+    d = json.loads(read_own(Path(path)))  # root reads it: only if root wrote it
     return PfcwdState(**{**d, "queues": [PfcwdQueue(**q) for q in d["queues"]]})
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from testbed.config import FabricConfig
 from testbed.fidelity import Budgets
+from testbed.owner import make_results_dir
 from testbed.qos import lossless_buffers, queue_profiles
-from testbed.state import RunState, clean_state, runtime_dir_for
+from testbed.state import RunState, clean_state, make_runtime_dir, runtime_dir_for
 from testbed.topology import Topology
 
 Progress = Callable[[str], None]
@@ -101,8 +102,8 @@ class Run:
     # -- start ----------------------------------------------------------------------------
     def open(self, files: list[str], interfaces: list[str]) -> None:
         """Create the runtime and results folders, and record what the fabric will create."""
-        self.runtime_dir.mkdir(parents=True, exist_ok=True)
-        self.results_dir.mkdir(parents=True, exist_ok=True)
+        make_runtime_dir(self.cfg.name)
+        make_results_dir(self.results_dir)
         self.state.files = list(files)
         self.state.interfaces = list(interfaces)
         self.state.save()

@@ -42,12 +42,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed.config import ConfigError, FabricConfig
 from testbed.constants import LOCAL_ACK_TIMEOUT, RETRY_COUNT
+from testbed.names import NAME_PATTERN, PORT_PATTERN, is_name
 from testbed.run_budget import AUTO_FIELDS, auto_fields, auto_problem, choose_rates
 from testbed.topology import Topology, build_topology, link_ends, pin_route
 from testbed.validate import explain, parse_config, read_yaml
@@ -56,9 +57,9 @@ from traffic.flows import FlowSpec
 
 class RouteOverride(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    switch: str
+    switch: str = Field(pattern=NAME_PATTERN)
     prefix: str
-    via: str
+    via: str = Field(pattern=NAME_PATTERN)
 
 
 #: A link fault's target: [switch, switch] for every parallel link between the two, or
@@ -71,7 +72,7 @@ class Fault(BaseModel):
     at_s: float = Field(ge=0)
     link_down: LinkRef | None = None
     link_up: LinkRef | None = None
-    host: str | None = None
+    host: str | None = Field(None, pattern=NAME_PATTERN)
     mode: Literal["storm", "slow_receiver", "rx_loss", "none"] | None = None
     tc: int = Field(3, ge=0, le=7)
     until_s: float | None = Field(None, gt=0)
@@ -87,7 +88,7 @@ class Fault(BaseModel):
         if v is None:
             return v
         ok = (isinstance(v, list | tuple) and len(v) in (2, 3)
-              and all(isinstance(x, str) for x in v[:2])
+              and all(is_name(x) for x in v[:2])
               and (len(v) == 2 or (type(v[2]) is int and v[2] >= 1)))
         if not ok:
             raise ValueError("write [switch, switch] for every link between the two, or "
@@ -161,7 +162,7 @@ class ScenarioExtras(BaseModel):
     routes: list[RouteOverride] = Field(default_factory=list)
     flows: list[FlowSpec] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
-    capture: list[str] = Field(
+    capture: list[Annotated[str, Field(pattern=f"{NAME_PATTERN}|{PORT_PATTERN}")]] = Field(
         default_factory=list, description="Packet captures: a host (h1) or a switch port "
         "(leaf1:2), each written to captures/ as a pcap (testbed.capture).")
     capture_max_mb: float = Field(

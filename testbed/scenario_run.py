@@ -15,6 +15,7 @@ from testbed.analysis import deadlock_summary
 from testbed.budget import Verdict, budget_line
 from testbed.capture import Captures
 from testbed.counter_sampler import CounterSampler
+from testbed.owner import make_results_dir
 from testbed.results import P4_COUNTERS_FILE, run_events
 from testbed.scenario import Fault, Scenario
 from traffic.client import EndpointError
@@ -131,8 +132,9 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
 
 
 def _write_scenario(sc: Scenario, run_dir: Path) -> None:
-    """scenario.json: the resolved config (an `auto` rate as the number chosen) and the rest."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """scenario.json: the resolved config (an `auto` rate as the number chosen) and the rest,
+    in a results folder made safely (testbed.owner.make_results_dir)."""
+    make_results_dir(run_dir)
     (run_dir / "scenario.json").write_text(json.dumps(
         {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
         indent=2))

@@ -24,6 +24,7 @@ from typing import Any
 
 from testbed.config import ConfigError
 from testbed.headline_text import FIGURES
+from testbed.owner import make_results_dir
 from testbed.scenario import Scenario, parse_scenario
 from testbed.sweep import (
     RunRecord,
@@ -103,7 +104,7 @@ def run_sweep(plan: Plan, out: Path, run: RunFn, progress: Callable[[str], None]
     """Run every point ``plan.repeat`` times with ``run`` (testbed.scenario.run_scenario: it
     returns an object with ``results_dir`` and ``summary``), then write the table. On Ctrl-C
     the table is written for the runs finished, then KeyboardInterrupt goes on up."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_results_dir(out)
     records: list[RunRecord] = []
     total = len(plan.points) * plan.repeat
     try:

@@ -1,6 +1,6 @@
 """Talk to a running endpoint over its unix socket: one JSON object per line each way.
 
-From the Mininet CLI: ``h1 python -m traffic.client /tmp/roce-testbed/<run>/h1.ep stats``.
+From the Mininet CLI: ``h1 python -m traffic.client /run/roce-testbed/<run>/h1.ep stats``.
 """
 
 from __future__ import annotations

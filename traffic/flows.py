@@ -17,15 +17,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from testbed.names import NAME_PATTERN
+
 MAX_QPS_PER_FLOW = 64
 
 
 class FlowSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
-    src: str = Field(description="Sending host, e.g. h1.")
-    dst: str = Field(description="Receiving host.")
+    name: str = Field(pattern=NAME_PATTERN)
+    src: str = Field(pattern=NAME_PATTERN, description="Sending host, e.g. h1.")
+    dst: str = Field(pattern=NAME_PATTERN, description="Receiving host.")
     qps: int = Field(1, ge=1, le=MAX_QPS_PER_FLOW, description="Queue pairs in this flow.")
     message_bytes: int = Field(65536, ge=1, le=1 << 30, description="Size of each message.")
     count: int | None = Field(None, ge=1, description="Messages per QP.")

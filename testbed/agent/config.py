@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.ports import PortSpec
+from testbed.safepath import read_own
 
 
 @dataclass
@@ -47,7 +48,7 @@ class AgentConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:
-        d = json.loads(Path(path).read_text())
+        d = json.loads(read_own(Path(path)))  # root reads it: only if root wrote it
         d["ports"] = [AgentPort(**p) for p in d["ports"]]
         return cls(**d)
 

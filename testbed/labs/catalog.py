@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from testbed.names import FILE_PATTERN, NAME_PATTERN
 
 #: Sections every lab sheet has, in this order (the issue's list).
 SHEET_SECTIONS = ("Goals", "Background", "Steps", "Questions", "What you should see")
@@ -39,7 +42,7 @@ class CheckSpec(BaseModel):
     id: str = Field(pattern=r"^[a-z0-9-]{1,30}$")
     question: str
     check: str
-    run: str | None = None
+    run: str | None = Field(None, pattern=NAME_PATTERN)
     args: dict = Field(default_factory=dict)
 
 
@@ -48,7 +51,7 @@ class LabSpec(BaseModel):
     title: str
     summary: str
     goals: list[str] = Field(min_length=1)
-    files: list[str] = Field(min_length=1)
+    files: list[Annotated[str, Field(pattern=FILE_PATTERN)]] = Field(min_length=1)
     checks: list[CheckSpec] = Field(min_length=1)
 
 

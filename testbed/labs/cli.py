@@ -13,7 +13,8 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from testbed.labs.catalog import Lab, LabError, all_labs, find_lab
-from testbed.owner import sudo_owner
+from testbed.owner import make_results_dir, sudo_owner
+from testbed.safepath import UnsafePath
 
 lab_app = typer.Typer(no_args_is_help=True, help="Classroom labs: a sheet, a setting to change, "
                       "an experiment, and a grade.")
@@ -59,7 +60,7 @@ def show(number: int) -> None:
 def copy_starter(lab: Lab, folder: Path, owner: tuple[int, int] | None = None) -> list[Path]:
     """Copy the lab's starter files into ``folder`` (kept when already there: a second `start`
     never overwrites a student's work); ``owner``: (uid, gid) to give them to."""
-    folder.mkdir(parents=True, exist_ok=True)
+    make_results_dir(folder)
     made = []
     for name in lab.spec.files:
         dest = folder / name
@@ -83,6 +84,9 @@ def start(number: int,
         made = copy_starter(lab, folder, sudo_owner())
     except OSError as exc:
         _fail(f"cannot make {folder}: {exc.strerror}")
+        return
+    except UnsafePath as exc:
+        _fail(str(exc))
         return
     kept = [n for n in lab.spec.files if folder / n not in made]
     out.print(f"lab {lab.number}: {lab.spec.title} -> {folder}/")
