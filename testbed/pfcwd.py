@@ -188,6 +188,18 @@ class PfcWatchdog:
             return q.dropped_before + max(q.dropped, drops_now - q.drops_base)
         return q.dropped_before + q.dropped
 
+    def settle_dropped(self, port: int, tc: int, drops_now: int) -> int:
+        """The queue's drop counter read as the drop action ends (its gate restored): what
+        the action discarded between the last poll and its end was dropped by it too, and is
+        counted so (without it, those last packets read as losses of a lossless class).
+        Returns the storm's count of dropped packets."""
+        q = self.queues.get((port, tc))
+        if q is None:
+            return 0
+        if self.action == "drop":
+            q.dropped = max(q.dropped, drops_now - q.drops_base)
+        return q.dropped
+
     def poll(self, now: float, queues: Mapping[Queue, QueueObservation]) -> list[Action]:
         """One polling interval: judge every watched queue that has an observation.
 

@@ -174,6 +174,27 @@ def test_drop_counts_the_purged_queue_and_later_drops() -> None:
     assert done.detail == f"after {done.storm_s:.3f} s, dropped=10"
 
 
+def test_what_the_drop_gate_discards_after_the_last_poll_is_the_watchdogs_too() -> None:
+    """The drop gate goes on discarding until the agent restores the queue, after the poll
+    that decided the restoration: read as the gate comes off, those packets are the action's
+    (dropped_total, what the fidelity guard excuses), not losses; storms add up, and the
+    drops of a queue not in a storm are not the watchdog's."""
+    wd, q = watchdog("drop"), FakeQueue(backlog=5, drops=7)
+    k_det, _act = detect(wd, q)
+    q.backlog, q.drops = 0, 7 + 5 + 3
+    (done,) = poll(wd, k_det + int(RESTORE / POLL), q1_3=q)
+    assert isinstance(done, StormRestored) and done.dropped == 8
+    assert wd.dropped_total(1, 3, q.drops + 1) == 8  # not settled: one short
+    assert wd.settle_dropped(1, 3, q.drops + 1) == 9  # one more came before the restore
+    assert wd.dropped_total(1, 3, q.drops + 1) == 9
+    assert wd.dropped_total(1, 3, q.drops + 50) == 9  # later drops are the queue's own
+    # a second storm adds to the first
+    q.drops += 1
+    k2, _ = detect(wd, FakeQueue(backlog=2, drops=q.drops), start=k_det + 20)
+    assert wd.dropped_total(1, 3, q.drops + 2 + 4) == 9 + 6
+    assert wd.dropped_total(2, 3, 100) == 0  # a queue never in a storm
+
+
 @pytest.mark.parametrize("action, ignores", [("forward", True), ("alert", False)])
 def test_forward_and_alert_produce_their_records_and_drop_nothing(action: str,
                                                                   ignores: bool) -> None:

@@ -110,14 +110,18 @@ def test_dcqcn_alone_slows_the_senders_without_pfc(incast) -> None:
 
 def test_lossy_incast_loses_and_resends(incast) -> None:
     """Against incast-pfc: the same senders, with nothing slowing them either, so PFC is the
-    one difference. (incast-both's DCQCN leaves the receiver's link partly idle on its own, by
-    how much varies from run to run, so it is no yardstick for what the losses cost.)"""
+    one difference: the lossy run resends, and delivers less. (incast-both's DCQCN leaves the
+    receiver's link partly idle on its own, by how much varies from run to run, so it is no
+    yardstick for what the losses cost.) How much less is not a fixed share: with the
+    retransmission timer scaled to the link, faithful runs delivered 0.82-0.85 of the lossless
+    run's bytes (with the fixed 0.5 s timer, which also resent what was never lost, about
+    0.64), so the claim is that the losses cost goodput, not a share of it."""
     lossy = incast["lossy"][1]
     assert retransmitted(lossy) > 0
     got, lossless = delivered_bytes(lossy), delivered_bytes(incast["pfc"][1])
     print(f"delivered: lossy {got} bytes, PFC {lossless} (ratio {got / lossless:.2f}), "
           f"PFC + DCQCN {delivered_bytes(incast['both'][1])}")
-    assert got < 0.8 * lossless, f"lossy delivered {got} bytes, the same incast with PFC {lossless}"
+    assert got < lossless, f"lossy delivered {got} bytes, the same incast with PFC {lossless}"
 
 
 # -- congestion spreading: the victim flow ----------------------------------------------------

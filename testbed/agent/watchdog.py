@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 
 from testbed.agent.config import AgentConfig
 from testbed.agent.pause import PortRuntime
@@ -99,6 +100,10 @@ class WatchdogMixin:
         pr = self.ports[act.port]
         if act.action == "drop":
             pr.gates.restore(act.tc)
+            st = pr.gates.stats().get(act.tc)
+            if st is not None:  # what the drop gate discarded since the last poll is its too
+                act = replace(act, dropped=self.watchdog.settle_dropped(act.port, act.tc,
+                                                                        st.drops))
         if act.action in ("drop", "forward"):
             admitted = self.p4.set_pfc_ignored(act.port, act.tc, False)
             if act.action == "drop" and admitted is not None:
