@@ -8,6 +8,7 @@ names the task that failed and what it said.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -47,6 +48,30 @@ class ProvisionResult:
         for f in self.failures:
             s += f"\nFAILED: {f.task}: {f.message}"
         return s
+
+
+SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def fast_download_vars(url: str | None, sha256: str | None) -> dict[str, str]:
+    """The playbook's variables for BMv2's fast build by URL (role p4, fast_url.yml), or
+    ValueError with a one-line message naming the option and the fix: a download is taken only
+    with its checksum, refused before anything runs (the playbook refuses it too)."""
+    if url is None and sha256 is None:
+        return {}
+    if url is None:
+        raise ValueError("--bmv2-fast-sha256 is the checksum of a download: give "
+                         "--bmv2-fast-url URL too")
+    if "://" not in url:
+        raise ValueError(f"--bmv2-fast-url: {url} is not a URL: give one such as "
+                         "https://host/bmv2-fast-debian12-amd64.tar.zst")
+    if not sha256:
+        raise ValueError("--bmv2-fast-url needs --bmv2-fast-sha256: give the archive's sha256 "
+                         "too (sha256sum FILE prints it)")
+    if not SHA256.fullmatch(sha256):
+        raise ValueError(f"--bmv2-fast-sha256: {sha256} is not 64 hex digits: give the "
+                         "archive's sha256 (sha256sum FILE prints it)")
+    return {"p4_bmv2_fast_url": url, "p4_bmv2_fast_sha256": sha256.lower()}
 
 
 def _message(res: dict) -> str:
