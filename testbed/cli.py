@@ -362,25 +362,16 @@ def provision(
              "(tag p4repo; about half an hour on two cores, once).")] = True,
 ) -> None:
     """Provision this machine with playbooks/site.yml (through ansible-runner)."""
-    from testbed.provision import PLAYBOOK, fast_download_vars, run_playbook
+    from testbed.provision import PLAYBOOK, playbook_vars, run_playbook
 
     book = (playbook or PLAYBOOK).resolve()
     if not book.is_file():
         _fail(f"--playbook: no such file {book}")
-    extravars: dict[str, str | bool] = {}
-    for var, given in (("p4_toolchain_archive", toolchain_archive),
-                       ("p4_bmv2_fast_archive", bmv2_fast_archive),
-                       ("p4_bmv2_fast_source", bmv2_fast_source)):
-        if given is not None:
-            if not (given.is_dir() if var.endswith("source") else given.is_file()):
-                _fail(f"--{var.removeprefix('p4_').replace('_', '-')}: no such file {given}")
-            extravars[var] = str(given.resolve())
     try:
-        extravars |= fast_download_vars(bmv2_fast_url, bmv2_fast_sha256)
+        extravars = playbook_vars(toolchain_archive, bmv2_fast_archive, bmv2_fast_source,
+                                  bmv2_fast_url, bmv2_fast_sha256, bmv2_fast_build)
     except ValueError as exc:
         _fail(str(exc))
-    if not bmv2_fast_build:
-        extravars["p4_bmv2_fast_build"] = False
     if os.geteuid() != 0:
         _fail("provisioning installs packages: run it with sudo")
     colors = {"ok": "green", "changed": "yellow", "failed": "red", "skipped": "dim",

@@ -74,6 +74,27 @@ def fast_download_vars(url: str | None, sha256: str | None) -> dict[str, str]:
     return {"p4_bmv2_fast_url": url, "p4_bmv2_fast_sha256": sha256.lower()}
 
 
+def playbook_vars(toolchain_archive: Path | None = None, bmv2_fast_archive: Path | None = None,
+                  bmv2_fast_source: Path | None = None, bmv2_fast_url: str | None = None,
+                  bmv2_fast_sha256: str | None = None, bmv2_fast_build: bool = True,
+                  ) -> dict[str, str | bool]:
+    """The playbook's variables for `testbed provision`'s options (role p4's defaults say what
+    they do), or ValueError with a one-line message naming the option and the fix."""
+    extravars: dict[str, str | bool] = {}
+    for var, given in (("p4_toolchain_archive", toolchain_archive),
+                       ("p4_bmv2_fast_archive", bmv2_fast_archive),
+                       ("p4_bmv2_fast_source", bmv2_fast_source)):
+        if given is not None:
+            if not (given.is_dir() if var.endswith("source") else given.is_file()):
+                raise ValueError(f"--{var.removeprefix('p4_').replace('_', '-')}: "
+                                 f"no such file {given}")
+            extravars[var] = str(given.resolve())
+    extravars |= fast_download_vars(bmv2_fast_url, bmv2_fast_sha256)
+    if not bmv2_fast_build:
+        extravars["p4_bmv2_fast_build"] = False
+    return extravars
+
+
 def _message(res: dict) -> str:
     parts = []
     for key in ("msg", "stderr", "reason"):

@@ -201,13 +201,17 @@ def test_the_cli_refuses_a_download_without_its_checksum_in_one_line(
     assert r.stderr.strip() == f"error: {message}", r.stderr
 
 
-def test_the_cli_passes_a_checked_download_to_the_playbook() -> None:
-    from testbed.provision import fast_download_vars
+def test_the_cli_passes_the_fast_build_options_to_the_playbook() -> None:
+    from testbed.provision import fast_download_vars, playbook_vars
 
     sha = "AB" * 32
     assert fast_download_vars("https://example.org/f.tar.zst", sha) == {
         "p4_bmv2_fast_url": "https://example.org/f.tar.zst", "p4_bmv2_fast_sha256": sha.lower()}
     assert fast_download_vars(None, None) == {}
+    assert playbook_vars() == {}  # the playbook's defaults: online, the pinned build
+    assert playbook_vars(bmv2_fast_build=False) == {"p4_bmv2_fast_build": False}
+    url = "https://example.org/f.tar.zst"
+    assert playbook_vars(bmv2_fast_url=url, bmv2_fast_sha256=sha) == fast_download_vars(url, sha)
 
 
 @pytest.mark.parametrize("url", ["--bmv2-fast-url=http://127.0.0.1:9/x", "--bmv2-fast-url"])
