@@ -60,21 +60,23 @@ def run_book(tmp_path: Path, plays: str, extravars: dict,
         capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
 
 
-def whole_role(tmp_path: Path, extravars: dict) -> subprocess.CompletedProcess:
+def whole_role(tmp_path: Path, extravars: dict, *args: str) -> subprocess.CompletedProcess:
     """Role p4 as site.yml runs it (its pre_tasks' check, then main.yml), without the tasks
     that need the internet (tag p4repo)."""
     return run_book(tmp_path, (
         "- name: Role p4 with its paths moved\n  hosts: all\n  gather_facts: true\n"
         "  pre_tasks:\n    - name: Check the settings before any role runs\n"
         f"      ansible.builtin.import_tasks: {ROLE}/tasks/fast_settings.yml\n"
-        "      tags: [always]\n  roles:\n    - role: p4\n"), extravars, "--skip-tags", "p4repo")
+        "      tags: [always]\n  roles:\n    - role: p4\n"), extravars, "--skip-tags", "p4repo",
+        *args)
 
 
-def task_file(tmp_path: Path, name: str, extravars: dict) -> subprocess.CompletedProcess:
+def task_file(tmp_path: Path, name: str, extravars: dict,
+              *args: str) -> subprocess.CompletedProcess:
     return run_book(tmp_path, (
         "- name: One of role p4's task files\n  hosts: all\n  gather_facts: false\n"
         "  tasks:\n    - name: The task file\n      ansible.builtin.include_role:\n"
-        f"        name: p4\n        tasks_from: {name}\n"), extravars)
+        f"        name: p4\n        tasks_from: {name}\n"), extravars, *args)
 
 
 def recap(r: subprocess.CompletedProcess) -> dict[str, int]:
@@ -149,6 +151,17 @@ def test_an_archive_by_url_is_checked_then_unpacked(tmp_path: Path, served) -> N
     assert again.returncode == 0, again.stdout + again.stderr
     assert recap(again)["changed"] == 0, again.stdout
     assert f"BMv2's fast build: present in {tmp_path}/root/opt/bmv2-fast" in again.stdout
+
+
+@pytest.mark.root
+def test_a_dry_run_with_a_url_downloads_and_unpacks_nothing(tmp_path: Path, served) -> None:
+    url, sha = served
+    r = whole_role(tmp_path, {**moved(tmp_path), "p4_bmv2_fast_url": url,
+                              "p4_bmv2_fast_sha256": sha}, "--check")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"dry run: {url} would be downloaded into {tmp_path}/work" in r.stdout, r.stdout
+    assert everything_under(tmp_path / "root") == []
+    assert not (tmp_path / "work").exists()
 
 
 @pytest.mark.root
@@ -289,6 +302,9 @@ def test_the_pinned_commit_is_cloned_and_built(tmp_path: Path, upstream) -> None
     repo, pinned = upstream
     extravars = {**moved(tmp_path), "p4_bmv2_fast_repo": str(repo),
                  "p4_bmv2_fast_commit": pinned}
+    dry = task_file(tmp_path, "fast_pinned.yml", extravars, "--check")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert not (tmp_path / "work").exists()  # a dry run clones and builds nothing
     r = task_file(tmp_path, "fast_pinned.yml", extravars)
     assert r.returncode == 0, r.stdout + r.stderr
     checkout = tmp_path / "work" / "behavioral-model"
