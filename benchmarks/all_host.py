@@ -191,16 +191,18 @@ def run_once(shape_text: str, load: str, rate: float, variant: str, seconds: flo
              root: Path) -> Run:
     from testbed.scenario import parse_scenario
     from testbed.scenario_run import run_scenario
+    from testbed.state import fabric_lock
 
     sc = parse_scenario(scenario(parse_shape(shape_text), load, rate, seconds), "all_host")
-    cpu = RoleCpu(pin=variant == "pinned")
-    cpu.start()
-    window = _Window(cpu, seconds)
-    try:
-        result = run_scenario(sc, root, progress=window.progress)
-    finally:
-        window.cancel()
-        cpu.stop()
+    with fabric_lock():  # waits for a test or another run with a fabric up
+        cpu = RoleCpu(pin=variant == "pinned")  # after the wait: only this run's processes
+        cpu.start()
+        window = _Window(cpu, seconds)
+        try:
+            result = run_scenario(sc, root, progress=window.progress)
+        finally:
+            window.cancel()
+            cpu.stop()
     summary = result.summary
     head = summary.get("headline", {})
     fid = summary.get("fidelity") or _telemetry_fidelity(result.results_dir)
@@ -249,9 +251,10 @@ class _Window:
 
 
 def ladder(shape: str, load: str, rates: list[float], variants: list[str], runs: int,
-           seconds: float, log: list[dict], save) -> None:
+           seconds: float, log: list[dict], save, keep_going: bool = False) -> None:
     """Each rate upward, the variants interleaved run by run; a variant leaves the ladder at
-    its first unfaithful run (that rate fails for it)."""
+    its first unfaithful run (that rate fails for it), unless ``keep_going`` (an A/B of the
+    variants' costs at fixed rates: every run is made)."""
     live = list(variants)
     for rate in rates:
         if not live:
@@ -268,7 +271,7 @@ def ladder(shape: str, load: str, rates: list[float], variants: list[str], runs:
                 print(f"{shape} {load} {rate} Mbit/s {v}: "
                       f"{'faithful' if r.faithful else 'FLAGGED'} goodput {r.goodput_mbps} "
                       f"cpu {r.cpu_cores} us/pass {r.bmv2_us_per_pass} {r.reasons}", flush=True)
-                if not r.faithful:
+                if not r.faithful and not keep_going:
                     failed.add(v)
         live = [v for v in live if v not in failed]
 
@@ -339,6 +342,8 @@ def main() -> None:
     ap.add_argument("--variants", default="default,pinned")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     ap.add_argument("--tag", default="all_host")
+    ap.add_argument("--keep-going", action="store_true", help="make every run at every rate "
+                    "(compare the variants' costs) instead of leaving the ladder at a flag")
     ap.add_argument("--redraw", type=Path, help="no runs: the table of a saved json")
     args = ap.parse_args()
     if args.redraw:
@@ -368,7 +373,8 @@ def main() -> None:
     for shape in args.shapes.split(","):
         parse_shape(shape)
         for load in args.loads.split(","):
-            ladder(shape, load, rates, variants, args.runs, args.seconds, data["runs"], save)
+            ladder(shape, load, rates, variants, args.runs, args.seconds, data["runs"], save,
+                   args.keep_going)
     save()
     print(md.read_text(), end="")
 
