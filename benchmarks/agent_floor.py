@@ -204,8 +204,8 @@ def main() -> None:
         saved = json.loads((args.out / f"{args.name}.json").read_text())
         (args.out / f"{args.name}.md").write_text(markdown(saved))
         return
-    from testbed.config import FabricConfig
-    from testbed.state import fabric_lock
+    from testbed.config.models import FabricConfig
+    from testbed.machine.state import fabric_lock
 
     rt = FabricConfig().agent.realtime_priority
     runs = []

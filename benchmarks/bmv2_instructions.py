@@ -90,7 +90,7 @@ def callgrind_total(path: Path) -> int:
 
 def _run(build: str, plain: bool, level: str, n: int) -> tuple[int, int]:
     """Forward n packets through one switch under callgrind: (forwarded, instructions)."""
-    from testbed import bmv2_build
+    from testbed.config import bmv2_build
     from tests.dataplane import bmv2_harness
 
     with tempfile.TemporaryDirectory(prefix="roce-callgrind-") as d:
@@ -147,7 +147,7 @@ def main() -> None:
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("needs valgrind: sudo apt-get install valgrind")
-    from testbed.bmv2_build import installed
+    from testbed.config.bmv2_build import installed
 
     found = installed()
     cases = []

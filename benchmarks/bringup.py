@@ -7,7 +7,7 @@ with each step), the ping of every pair, the teardown, and the resident memory o
 process once programmed; and the whole round trip of the command a user types,
 `testbed up --spines 2 --leaves 4 --hosts-per-leaf 2 --pingall` (up, programmed, every pair
 pinged, torn down), from command to exit. Writes TAG.json and TAG.md to the output folder.
-Each fabric holds the machine's fabric lock (testbed.state.fabric_lock).
+Each fabric holds the machine's fabric lock (testbed.machine.state.fabric_lock).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.config import FabricConfig  # noqa: E402
-from testbed.fabric import Fabric  # noqa: E402
-from testbed.state import fabric_lock  # noqa: E402
-from testbed.topology import build_topology  # noqa: E402
+from testbed.config.models import FabricConfig  # noqa: E402
+from testbed.machine.state import fabric_lock  # noqa: E402
+from testbed.run.bringup import Fabric  # noqa: E402
+from testbed.topology.graph import build_topology  # noqa: E402
 
 ROUND_TRIP = ["up", "--spines", "2", "--leaves", "4", "--hosts-per-leaf", "2", "--pingall"]
 

@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     ap.add_argument("--tag", default="capacity_pairs", help="output file name")
     args = ap.parse_args()
-    from testbed.run import interrupt_on_sigterm
+    from testbed.run.lifecycle import interrupt_on_sigterm
 
     interrupt_on_sigterm()  # a stopped benchmark tears its fabric down, as Ctrl-C does
     args.out.mkdir(parents=True, exist_ok=True)

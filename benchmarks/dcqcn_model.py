@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.config import DEFAULT_LINK_MBPS, EcnProfile  # noqa: E402
-from testbed.phenomena import jain_index  # noqa: E402
+from testbed.analysis.phenomena import jain_index  # noqa: E402
+from testbed.config.models import DEFAULT_LINK_MBPS, EcnProfile  # noqa: E402
 from traffic.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint  # noqa: E402
 
 LINE_BPS = DEFAULT_LINK_MBPS * 1e6

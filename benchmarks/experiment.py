@@ -13,7 +13,7 @@ Run as root: sudo .venv/bin/python benchmarks/experiment.py [--reps 3] [--sweep]
   (``qos.ecn.3.kmin_bytes``) with ``--repeat 3``, 24 runs, from command to exit.
 
 Writes experiment.json and experiment.md to the output folder. Each command holds the machine's
-fabric lock (testbed.state.fabric_lock) while it runs.
+fabric lock (testbed.machine.state.fabric_lock) while it runs.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.state import fabric_lock  # noqa: E402
+from testbed.machine.state import fabric_lock  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = REPO / "scenarios" / "incast-pfc.yaml"

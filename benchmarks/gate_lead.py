@@ -1,6 +1,6 @@
 """How far a kernel port gets ahead of the P4 phantom at each pause: the bytes a lossless class
 sends, over a run of pauses, beyond its link rate over the time it was not paused and the gate
-leak the phantom already drains as a pause begins (``testbed.qos.gate_leak_roce_bytes``).
+leak the phantom already drains as a pause begins (``testbed.topology.qos.gate_leak_roce_bytes``).
 
 Why: the phantom drains at the link rate while the class is not paused, and a resync sets it
 to the real occupancy every resync period. A port that sends more than that after a pause makes
@@ -8,12 +8,12 @@ the phantom stand above the real queue until the next resync, by the excess time
 since: the positive drift that decides the fabric's capacity with 1 KB frames
 (``benchmarks/capacity.py``'s ``drift_p99``: 10 of the largest 1 KB RoCE frames, 11 KB). The
 suspect is htb: while the class's gate is closed its buckets fill
-(``testbed.ports.HTB_BURST_BYTES``), and at the reopening the class sends what they hold at
+(``testbed.machine.ports.HTB_BURST_BYTES``), and at the reopening the class sends what they hold at
 once, then a frame whenever its tokens are not negative, so up to a frame more than the link
 rate would have.
 
-The port is the product's (``testbed.ports``: htb, a tbf gate per class), on a veth in a fresh
-namespace, with a backlog of full-size RoCE data frames (a write's middle packets, as the
+The port is the product's (``testbed.machine.ports``: htb, a tbf gate per class), on a veth in a
+fresh namespace, with a backlog of full-size RoCE data frames (a write's middle packets, as the
 capacity benchmark's flows send) in class 3; the gate is opened and closed ``--cycles`` times
 and the class's sent bytes are read from the kernel.
 
@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.netns import inside  # noqa: E402
-from testbed.ports import HTB_BURST_BYTES  # noqa: E402
-from testbed.qos import gate_leak_roce_bytes, roce_mtu  # noqa: E402
+from testbed.machine.netns import inside  # noqa: E402
+from testbed.machine.ports import HTB_BURST_BYTES  # noqa: E402
+from testbed.topology.qos import gate_leak_roce_bytes, roce_mtu  # noqa: E402
 from tests.portrig import port  # noqa: E402
 from traffic.packets import WRITE_MIDDLE, RoceFrameBuilder  # noqa: E402
 

@@ -29,11 +29,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.analysis import pause_reactions_us  # noqa: E402
-from testbed.config import FabricConfig  # noqa: E402
-from testbed.entries import P4_DIR, build_switch_program, lossless_entries  # noqa: E402
-from testbed.fabric import Fabric  # noqa: E402
-from testbed.topology import NextHop, Port, Route, Switch, build_topology  # noqa: E402
+from testbed.analysis.deadlock import pause_reactions_us  # noqa: E402
+from testbed.config.models import FabricConfig  # noqa: E402
+from testbed.control.entries import P4_DIR, build_switch_program, lossless_entries  # noqa: E402
+from testbed.run.bringup import Fabric  # noqa: E402
+from testbed.topology.graph import NextHop, Port, Route, Switch, build_topology  # noqa: E402
 from tests.dataplane import bmv2_harness  # noqa: E402
 from traffic.flows import FlowRunner, FlowSpec  # noqa: E402
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.results import run_telemetry  # noqa: E402
+from testbed.results.telemetry import run_telemetry  # noqa: E402
 from tests.lossless_cases import lossless_failures, make_case, run_case  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"

@@ -1,4 +1,4 @@
-"""One definition per fact: testbed.constants against the P4 program's own definitions
+"""One definition per fact: testbed.config.constants against the P4 program's own definitions
 (p4/headers.p4), the compiled P4Info's array sizes, the header layouts the agent and the hosts
 pack, and what docs/RESULTS.md says of them."""
 
@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-import testbed.constants as C
+import testbed.config.constants as C
 from testbed.agent import tick_frame
-from testbed.measure import CELLS_PER_PORT
-from testbed.ports import PortSpec, class_handle, gate_handle, scheduler_commands
-from testbed.tcstats import QdiscReader
+from testbed.fabric.measure import CELLS_PER_PORT
+from testbed.machine.ports import PortSpec, class_handle, gate_handle, scheduler_commands
+from testbed.machine.tcstats import QdiscReader
 from traffic.packets import pfc_frame
 
 REPO = Path(__file__).resolve().parent.parent
 HEADERS = (REPO / "p4" / "headers.p4").read_text()
 
-#: p4/headers.p4's name of each fact -> testbed.constants' name.
+#: p4/headers.p4's name of each fact -> testbed.config.constants' name.
 P4_TO_PYTHON = {
     "ETHERTYPE_IPV4": "ETH_P_IP",
     "ETHERTYPE_MAC_CONTROL": "ETH_P_MAC_CONTROL",
@@ -65,7 +65,8 @@ def test_every_p4_constant_is_python_s_or_the_program_s_own() -> None:
     assert "NUM_TCS" in consts and "DROP_CELLS" in consts  # the parser found them
     drops = {n for n in consts if n.startswith("DROP_") and n != "DROP_CELLS"}
     unknown = set(consts) - set(P4_TO_PYTHON) - P4_ONLY - drops
-    assert not unknown, f"decide where these belong (testbed.constants or P4_ONLY): {unknown}"
+    assert not unknown, ("decide where these belong (testbed.config.constants or P4_ONLY): "
+                         f"{unknown}")
     for p4_name, (width, value) in consts.items():
         if p4_name in P4_ONLY:
             continue
@@ -88,7 +89,7 @@ def test_drop_reasons_are_the_programs_and_documented() -> None:
 
 def test_array_sizes_of_the_compiled_program() -> None:
     pytest.importorskip("p4.config.v1.p4info_pb2", reason="needs the P4Runtime protobufs")
-    from testbed.entries import load_p4info
+    from testbed.control.entries import load_p4info
 
     info = load_p4info()
     sizes = {c.preamble.name: c.size for c in info.counters}
@@ -106,7 +107,7 @@ def test_array_sizes_of_the_compiled_program() -> None:
     assert sizes["bmv2_lag_max"] == 1
     per_cell = {C.NUM_PORTS, C.PORT_TC_CELLS, C.DROP_CELLS, 1}
     odd = {n: s for n, s in sizes.items() if s not in per_cell}
-    assert not odd, f"arrays of a size testbed.constants does not know: {odd}"
+    assert not odd, f"arrays of a size testbed.config.constants does not know: {odd}"
 
 
 def parse_as(header: str, frame: bytes) -> dict[str, int]:

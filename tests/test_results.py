@@ -1,4 +1,4 @@
-"""testbed.results: the records are the documented columns, and what the writers write the
+"""testbed.results.telemetry: the records are the documented columns, and what the writers write the
 readers read back (docs/RESULTS.md's check is tests/test_cli.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.results import (
+from testbed.results.telemetry import (
     CPU_COLUMNS,
     EVENT_COLUMNS,
     TELEMETRY_COLUMNS,

@@ -35,7 +35,7 @@ import struct
 import time
 from dataclasses import asdict
 
-from testbed.constants import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS
+from testbed.config.constants import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS
 from traffic.dcqcn import DcqcnParams, NotificationPoint
 from traffic.endpoint_config import (
     CNP_TC,

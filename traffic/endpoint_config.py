@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.constants import LOCAL_ACK_TIMEOUT, NUM_TCS, RETRY_COUNT
+from testbed.config.constants import LOCAL_ACK_TIMEOUT, NUM_TCS, RETRY_COUNT
 from traffic.dcqcn import PROFILES
 from traffic.packets import DSCP_CNP
 from traffic.qp import DEFAULT_RTO_S, local_ack_timeout_s

@@ -9,7 +9,7 @@ import collections
 import random
 from typing import TYPE_CHECKING
 
-from testbed.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_QUANTUM_BITS
+from testbed.config.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_QUANTUM_BITS
 from traffic.packets import parse_roce, pfc_frame
 
 if TYPE_CHECKING:

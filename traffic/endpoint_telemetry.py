@@ -9,7 +9,7 @@ import csv
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from testbed.constants import NUM_TCS
+from testbed.config.constants import NUM_TCS
 from traffic.packets import REJECT_REASONS
 
 if TYPE_CHECKING:

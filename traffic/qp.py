@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from testbed.constants import LOCAL_ACK_TIMEOUT, RETRY_COUNT
+from testbed.config.constants import LOCAL_ACK_TIMEOUT, RETRY_COUNT
 from traffic.dcqcn import REFERENCE_LINK_BPS
 from traffic.packets import (
     FIRST_OPCODES,

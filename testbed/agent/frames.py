@@ -9,7 +9,7 @@ import struct
 import time
 from collections.abc import Iterator
 
-from testbed.constants import (
+from testbed.config.constants import (
     ETH_P_ALL,
     ETH_P_MAC_CONTROL,
     ETH_P_TICK,

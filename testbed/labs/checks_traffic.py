@@ -4,10 +4,10 @@ runs' results folders; none passes a run that did not show its phenomenon."""
 
 from __future__ import annotations
 
+from testbed.analysis.phenomena import jain_index
 from testbed.labs.evidence import RunData, marked_fraction, uplink_bytes
 from testbed.labs.flows import dcqcn_state, goodput_bps
 from testbed.labs.verdict import Context, Verdict, check, failed, moved, passed
-from testbed.phenomena import jain_index
 
 
 def _retransmitted(run: RunData) -> int:

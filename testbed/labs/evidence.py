@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from testbed.config import DEFAULT_LINK_MBPS
-from testbed.constants import NUM_TCS
-from testbed.results import TelemetryRow, run_telemetry
+from testbed.config.constants import NUM_TCS
+from testbed.config.models import DEFAULT_LINK_MBPS
+from testbed.results.telemetry import TelemetryRow, run_telemetry
 
 #: The P4 program's per-(port, class) counters (p4/egress.p4, p4/lossless.p4), as
 #: p4_counters.csv names them: a cell is indexed port * NUM_TCS + class.
@@ -111,7 +111,7 @@ class RunData:
         """Why this run cannot be graded (None: it can): its summary has no fidelity verdict,
         or the verdict is not ok. A lab's answer rests on a faithful run, never on one the
         guard flagged or could not judge."""
-        from testbed.fidelity import verdict_problem
+        from testbed.analysis.fidelity import verdict_problem
 
         return verdict_problem(self.summary.get("fidelity"))
 

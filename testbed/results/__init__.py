@@ -1,0 +1,7 @@
+"""The results folder's format, one definition shared by its writers (switch agents,
+samplers, the run) and its readers (analysis, report, labs): every file's name
+(:mod:`.files`), the telemetry files' columns, records, writers and readers
+(:mod:`.telemetry`), and the RoCE endpoints' files (:mod:`.endpoints`).
+
+May import: config, machine.
+"""
