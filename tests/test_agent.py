@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.agent import AgentConfig, AgentPort, agent_config, tick_frame
-from testbed.config.constants import ETH_P_TICK, PFC_QUANTUM_BITS, gate_major
+from testbed.config.constants import ETH_P_TICK, gate_major
 from testbed.config.models import QosConfig
 from testbed.machine.ports import PortSpec, scheduler_commands
 from testbed.results.telemetry import (
@@ -27,6 +27,7 @@ from testbed.results.telemetry import (
     telemetry_path,
 )
 from traffic.packets import pfc_frame
+from traffic.wire import PFC_QUANTUM_BITS
 
 pytestmark = pytest.mark.root
 RATE = 10.0

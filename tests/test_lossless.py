@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from testbed.analysis.fidelity import verdict_problem
-from testbed.config.constants import PFC_QUANTUM_BITS
 from testbed.config.models import FabricConfig
 from testbed.fabric.measure import fabric_counters, hidden_loss, kernel_drops, peer_ports
 from testbed.results.telemetry import EventRow, read_events, run_events, run_telemetry
 from testbed.topology.graph import build_topology
 from traffic.flows import FlowRunner, FlowSpec
+from traffic.wire import PFC_QUANTUM_BITS
 
 # Collected without Mininet too, and skipped by name: testbed.run.bringup imports it.
 pytest.importorskip("mininet.net", reason="needs Mininet: apt install mininet, venv with "

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config.constants import NUM_TCS
 from testbed.report.data import (
     ECN_MARKED,
     TX_PORT_TC,
@@ -29,6 +28,7 @@ from testbed.results.telemetry import P4CounterRow, TelemetryRow
 from tests.browser import Browser, chromium
 from tests.synthetic_run import qp_row
 from traffic.endpoint_telemetry import QP_COLUMNS
+from traffic.wire import NUM_TCS
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "testbed.cli"]

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from testbed.config.models import ConfigError
-from testbed.config.names import NAME_PATTERN, is_name, name_problem
 from testbed.labs.catalog import LabSpec
 from testbed.machine.safepath import UnsafePath, folder_problem, read_own, secure_dir, write_new
 from testbed.machine.state_check import (
@@ -24,6 +23,7 @@ from testbed.machine.state_check import (
     process_problem,
 )
 from testbed.run.scenario import parse_scenario
+from traffic.names import NAME_PATTERN, is_name, name_problem
 
 #: Names that would end a shell word, climb out of a folder or split a line.
 HOSTILE = ["a'b", 'a"b', "a;b", "..", "a/b", "../etc", "a\nb", "a b", "$(id)", "`id`", ""]

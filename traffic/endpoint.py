@@ -35,7 +35,6 @@ import struct
 import time
 from dataclasses import asdict
 
-from testbed.config.constants import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS
 from traffic.dcqcn import DcqcnParams, NotificationPoint
 from traffic.endpoint_config import (
     CNP_TC,
@@ -65,6 +64,7 @@ from traffic.packets import (
     parse_pfc,
     parse_roce,
 )
+from traffic.wire import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS
 
 __all__ = [
     "CNP_TC", "MESSAGE_COLUMNS", "PFC_QUANTUM_BITS", "QP_COLUMNS", "STATS_COLUMNS",

@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.config.constants import LOCAL_ACK_TIMEOUT, NUM_TCS, RETRY_COUNT
 from traffic.dcqcn import PROFILES
 from traffic.packets import DSCP_CNP
 from traffic.qp import DEFAULT_RTO_S, local_ack_timeout_s
+from traffic.wire import LOCAL_ACK_TIMEOUT, NUM_TCS, RETRY_COUNT
 
 #: DSCP for each traffic class when no table is given (run by hand): the class selectors, and
 #: 26 for RoCE. The testbed passes its fabric's own (--tc-dscp, from qos.dscp_to_tc_map), so

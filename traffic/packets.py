@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from testbed.config.constants import (
+from traffic.wire import (
     ETH_P_IP,
     ETH_P_MAC_CONTROL,
     IP_PROTO_UDP,

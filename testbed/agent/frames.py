@@ -9,15 +9,9 @@ import struct
 import time
 from collections.abc import Iterator
 
-from testbed.config.constants import (
-    ETH_P_ALL,
-    ETH_P_MAC_CONTROL,
-    ETH_P_TICK,
-    NUM_TCS,
-    PACKET_OUTGOING,
-    TICK_SENT_UNKNOWN,
-)
+from testbed.config.constants import ETH_P_TICK, TICK_SENT_UNKNOWN
 from traffic.packets import PFC_BODY
+from traffic.wire import ETH_P_ALL, ETH_P_MAC_CONTROL, NUM_TCS, PACKET_OUTGOING
 
 SO_ATTACH_FILTER = 26
 #: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808, drop the rest.

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from testbed.agent.config import AgentConfig, AgentPort
 from testbed.agent.pfcwd import QueueState
-from testbed.config.constants import NUM_TCS, PFC_QUANTUM_BITS
 from testbed.machine.ports import PortGates
 from testbed.results.telemetry import CsvWriter, EventRow
+from traffic.wire import NUM_TCS, PFC_QUANTUM_BITS
 
 
 @dataclass

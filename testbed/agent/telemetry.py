@@ -24,10 +24,11 @@ from testbed.agent.frames import tick_frame
 from testbed.agent.pause import PortRuntime
 from testbed.agent.pfcwd import PfcWatchdog
 from testbed.agent.registers import RegisterReader
-from testbed.config.constants import NUM_TCS, PFC_QUANTUM_BITS, TICK_TIMER_ONLY, gate_major
+from testbed.config.constants import TICK_TIMER_ONLY, gate_major
 from testbed.machine.ports import ClassStats
 from testbed.machine.tcstats import QdiscReader, by_ifindex
 from testbed.results.telemetry import CsvWriter, TelemetryRow
+from traffic.wire import NUM_TCS, PFC_QUANTUM_BITS
 
 #: After the switch sends PFC or a lossless queue holds packets, tick fast for this long.
 BUSY_HOLD_S = 1.0

@@ -28,10 +28,11 @@ from pathlib import Path
 
 from testbed.analysis.headline_links import imbalance, link_figures, stages
 from testbed.analysis.phenomena import jain_index
-from testbed.config.constants import NUM_TCS
 from testbed.results.endpoints import MessageRow, QpRow, read_messages, read_qp_series
+from testbed.results.files import P4_COUNTERS_FILE, SCENARIO_FILE, TOPOLOGY_FILE
 from testbed.results.telemetry import QueueId, TelemetryRow, run_telemetry
 from traffic.flows import FlowSpec, assign_qps
+from traffic.wire import NUM_TCS
 
 #: A flow whose name starts with this is a victim (see the module's docstring).
 VICTIM_PREFIX = "victim"
@@ -197,8 +198,8 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
     summary being written): reads scenario.json, topology.json, the agents' telemetry, the
     endpoints' files and p4_counters.csv."""
     run_dir = Path(run_dir)
-    scenario = json.loads((run_dir / "scenario.json").read_text())
-    topology = json.loads((run_dir / "topology.json").read_text())
+    scenario = json.loads((run_dir / SCENARIO_FILE).read_text())
+    topology = json.loads((run_dir / TOPOLOGY_FILE).read_text())
     specs = [FlowSpec.model_validate(f) for f in scenario.get("flows", [])]
     window = _window(summary)
     hosts = {h for s in specs for h in (s.src, s.dst)}
@@ -220,7 +221,7 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
             "fabric_link_mbps"])
     rows = run_telemetry(run_dir)
     links = link_figures(rows, topology, window)
-    counters = last_counters(run_dir / "p4_counters.csv")
+    counters = last_counters(run_dir / P4_COUNTERS_FILE)
     pfc_enable = scenario["config"]["qos"]["pfc_enable"]
     return _assemble(flows, victims(flows, alone), links, imbalance(links, stages(topology)),
                      host_uplinks(topology, counters, series), summary, window, fcts, {

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from testbed.results.endpoints import read_qp_series
+from testbed.results.files import SCENARIO_FILE
 from testbed.results.telemetry import TelemetryRow, run_telemetry
 from traffic.flows import FlowSpec, assign_qps
 
@@ -22,7 +23,7 @@ def run_start(summary: dict) -> float:
 def flow_goodput(run_dir: Path, summary: dict) -> dict[str, list[tuple[float, float]]]:
     """Per flow: (seconds since the senders started, Mbit/s its responders accepted over the
     endpoint's last sample period), summed over the flow's QPs."""
-    scenario = json.loads((Path(run_dir) / "scenario.json").read_text())
+    scenario = json.loads((Path(run_dir) / SCENARIO_FILE).read_text())
     specs = [FlowSpec.model_validate(f) for f in scenario.get("flows", [])]
     t0 = run_start(summary)
     qps = assign_qps(specs)

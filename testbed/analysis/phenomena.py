@@ -18,6 +18,7 @@ from pathlib import Path
 
 from testbed.config.constants import DROP_PFC_CONSUMED, NUM_DROP_REASONS
 from testbed.results.endpoints import read_messages, read_qp_series
+from testbed.results.files import P4_COUNTERS_FILE, SUMMARY_FILE, TOPOLOGY_FILE
 from testbed.results.telemetry import P4CounterRow, read_csv
 
 #: A cell of a P4 counter array: (switch, counter name, index).
@@ -111,7 +112,7 @@ def port_tx_bytes(cells: dict[Cell, tuple[int, int]], switch: str,
 def ports_toward(run_dir: Path, switch: str, peer_prefix: str) -> list[int]:
     """A switch's ports whose peer's name starts with ``peer_prefix`` (``spine``: a leaf's
     uplinks; ``leaf2``: a spine's parallel links down to leaf2), from topology.json."""
-    topo = json.loads((run_dir / "topology.json").read_text())
+    topo = json.loads((run_dir / TOPOLOGY_FILE).read_text())
     sw = next(s for s in topo["leaves"] + topo["spines"] if s["name"] == switch)
     return [int(p["number"]) for p in sw["ports"] if p["peer"].startswith(peer_prefix)]
 
@@ -119,14 +120,14 @@ def ports_toward(run_dir: Path, switch: str, peer_prefix: str) -> list[int]:
 def link_shares(run_dir: Path, switch: str, peer_prefix: str) -> dict[int, float]:
     """Each port of ``switch`` toward ``peer_prefix`` -> its share of the bytes all of them sent
     over the run (P4 tx_port counters, p4_counters.csv); 0 everywhere if none sent anything."""
-    tx = port_tx_bytes(read_p4_counters(run_dir / "p4_counters.csv"), switch,
+    tx = port_tx_bytes(read_p4_counters(run_dir / P4_COUNTERS_FILE), switch,
                        ports_toward(run_dir, switch, peer_prefix))
     total = sum(tx.values())
     return {p: (b / total if total else 0.0) for p, b in sorted(tx.items())}
 
 
 def read_summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    return json.loads((run_dir / SUMMARY_FILE).read_text())
 
 
 def retransmitted(summary: dict, flows: Iterable[str] | None = None) -> int:

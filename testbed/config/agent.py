@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from testbed.config.base import _Strict
-from testbed.config.names import PORT_PATTERN
+from traffic.names import PORT_PATTERN
 
 _SWITCH_PORT = re.compile(PORT_PATTERN)
 

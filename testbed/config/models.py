@@ -23,8 +23,9 @@ from testbed.config.agent import PfcWatchdogConfig as PfcWatchdogConfig
 from testbed.config.base import ConfigError as ConfigError  # re-exported: callers import it here
 from testbed.config.base import _refuse, _Strict
 from testbed.config.bmv2_build import BuildChoice
-from testbed.config.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_PORT_BITMAP_BITS
-from testbed.config.names import NAME_PATTERN
+from testbed.config.constants import PFC_PORT_BITMAP_BITS
+from traffic.names import NAME_PATTERN
+from traffic.wire import NUM_TCS, PFC_MAX_QUANTA
 
 #: Fields of the packet that ECMP may hash on. The UDP source port is the only per-QP entropy a
 #: RoCEv2 flow carries, so leaving it out is how polarization is shown.

@@ -19,9 +19,8 @@ import grpc
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
-from testbed.config.constants import (
-    AGENT_PORT as AGENT_PORT,  # re-exported: testbed.fabric.network's
-)
+# re-exported: testbed.fabric.network's
+from testbed.config.constants import AGENT_PORT as AGENT_PORT
 from testbed.config.models import FabricConfig
 from testbed.control.entries import (
     BMV2_JSON_PATH,

@@ -27,6 +27,8 @@ from testbed.config.models import FabricConfig
 from testbed.fabric.network import FabricError, tick_intfs
 from testbed.machine.safepath import write_new
 from testbed.machine.state import RunState
+from testbed.results.files import AGENT_LOG_SUFFIX, AGENTS_LOG_FILE, TELEMETRY_DIR
+from testbed.results.telemetry import events_path, pfcwd_path
 from testbed.topology.graph import Topology, intf_name
 from testbed.topology.qos import max_frame_bytes, port_specs
 
@@ -58,7 +60,7 @@ class AgentPool:
         self.cfg = cfg
         self.topo = topo
         self.runtime_dir = runtime_dir
-        self.out = results_dir / "telemetry"
+        self.out = results_dir / TELEMETRY_DIR
         self.state = state
         self.t0 = t0  # the run's clock: the agents' telemetry counts seconds from it
         self.procs: list[subprocess.Popen] = []
@@ -69,7 +71,7 @@ class AgentPool:
 
     def runtime_files(self, switch: str) -> list[str]:
         """The files a switch's agent makes in the runtime folder."""
-        return [str(self.config_path(switch)), str(self.runtime_dir / f"{switch}.pfcwd.json")]
+        return [str(self.config_path(switch)), str(pfcwd_path(self.runtime_dir, switch))]
 
     def config_path(self, switch: str) -> Path:
         return self.runtime_dir / f"{switch}.agent.json"
@@ -85,7 +87,7 @@ class AgentPool:
         return agent_config(sw.name, ports, self.cfg.qos, tick_intfs(sw.name)[1],
                             a.tick_period_ms / 1000, a.sample_period_ms / 1000, self.out,
                             max_frame_bytes(self.topo.mtu), a.pfc_watchdog,
-                            self.runtime_dir / f"{sw.name}.pfcwd.json",
+                            pfcwd_path(self.runtime_dir, sw.name),
                             self.cfg.switch.thrift_port, self.t0, a.nice,
                             a.resync_period_ms / 1000, a.realtime_priority, netns)
 
@@ -95,7 +97,7 @@ class AgentPool:
 
     def log_path(self, switch: str | None = None) -> Path:
         """Where an agent's output goes: ``agents.log`` for the one process, else per switch."""
-        return self.out / (f"{switch}.agent.log" if switch else "agents.log")
+        return self.out / (f"{switch}{AGENT_LOG_SUFFIX}" if switch else AGENTS_LOG_FILE)
 
     def start(self, net) -> None:
         """Write each agent's config, start the agents (``net.get(switch)`` must have Mininet's
@@ -145,7 +147,7 @@ class AgentPool:
         one = self.cfg.agent.one_process
         for i, sw in enumerate(self.topo.switches):
             proc = self.procs[0 if one else i]
-            while not (self.out / f"{sw.name}.events.csv").exists():
+            while not events_path(self.out, sw.name).exists():
                 if proc.poll() is not None or time.monotonic() > deadline:
                     log = self.log_path(None if one else sw.name)
                     tail = log.read_text(errors="replace")[-2000:]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from testbed.config.constants import NUM_TCS
+from traffic.wire import NUM_TCS
 
 #: Lines BMv2 prints when it cannot go on, though it may not exit (a Thrift port already taken
 #: leaves it running without a gRPC server).

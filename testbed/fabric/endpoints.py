@@ -14,6 +14,7 @@ from pathlib import Path
 
 from testbed.config.models import FabricConfig
 from testbed.machine.state import RunState
+from testbed.results.files import ENDPOINTS_DIR, LOG_SUFFIX
 from testbed.topology.graph import Topology, intf_name
 from testbed.topology.qos import endpoint_args
 
@@ -29,7 +30,7 @@ class EndpointPool:
         self.cfg = cfg
         self.topo = topo
         self.runtime_dir = runtime_dir
-        self.out = results_dir / "endpoints"
+        self.out = results_dir / ENDPOINTS_DIR
         self.state = state
         self.t0 = t0  # the run's clock: the endpoints' series count seconds from it
         self.clients: dict = {}  # host name -> traffic.client.EndpointClient
@@ -59,7 +60,7 @@ class EndpointPool:
         self.out.mkdir(parents=True, exist_ok=True)
         for h in self.topo.hosts:
             sock = self.socket(h.name)
-            with open(self.out / f"{h.name}.log", "w") as log:
+            with open(self.out / f"{h.name}{LOG_SUFFIX}", "w") as log:
                 p = net.get(h.name).popen(self.command(h.name, extra_args), stdout=log,
                                           stderr=subprocess.STDOUT)
             self.procs.append(p)

@@ -12,10 +12,11 @@ import contextlib
 import socket
 from dataclasses import dataclass, field
 
-from testbed.config.constants import NUM_DROP_REASONS, NUM_TCS
+from testbed.config.constants import NUM_DROP_REASONS
 from testbed.machine.netns import inside
 from testbed.machine.tcstats import QdiscReader
 from testbed.topology.graph import Topology, intf_name
+from traffic.wire import NUM_TCS
 
 
 @dataclass

@@ -29,6 +29,7 @@ from testbed.control.p4runtime import AGENT_PORT
 from testbed.fabric.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
 from testbed.machine.ports import PortSpec, scheduler_commands
 from testbed.machine.state import RunState, kill_in_namespaces, node_namespaces
+from testbed.results.files import LOG_SUFFIX, LOGS_DIR
 from testbed.topology.graph import Topology, intf_name
 from testbed.topology.qos import port_specs
 
@@ -176,7 +177,7 @@ class Network:
             ports={**{p: intf_name(sw.name, p) for p in sw.ports},
                    AGENT_PORT: tick_intfs(sw.name)[0]},
             grpc_socket=self.runtime_dir / f"{sw.name}.grpc",
-            log_path=self.results_dir / "logs" / f"{sw.name}.log",
+            log_path=self.results_dir / LOGS_DIR / f"{sw.name}{LOG_SUFFIX}",
             thrift_port=self.cfg.switch.thrift_port,
             log=self.cfg.switch.log,
             log_max_bytes=self.cfg.switch.log_max_mb * 1024 * 1024,

@@ -11,11 +11,11 @@ from typing import Any
 
 import yaml
 
-from testbed.config.constants import ROCEV2_UDP_PORT
 from testbed.config.models import ConfigError, FabricConfig
 from testbed.labs.verdict import Context, Verdict, check, failed, passed
 from testbed.topology.graph import Topology, build_topology, compute_routes
 from testbed.topology.validate import load_config
+from traffic.wire import ROCEV2_UDP_PORT
 
 #: Hash fields that are the same for every QP between two hosts: addresses, protocol (UDP) and
 #: the destination port (RoCEv2's 4791). What is left in the hash is a QP's own entropy.

@@ -24,9 +24,10 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from testbed.config.constants import ETH_P_MAC_CONTROL, NUM_TCS, gate_class, gate_major
+from testbed.config.constants import gate_class, gate_major
 from testbed.machine.netns import inside
 from testbed.machine.qdisc_netlink import QdiscSocket, delete_request, tbf_request
+from traffic.wire import ETH_P_MAC_CONTROL, NUM_TCS
 
 CONTROL_CLASSID = 0x20
 #: A class whose queue keeps nothing: a "kick" frame sent into it makes the kernel run the

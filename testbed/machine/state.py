@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.config.names import is_name
 from testbed.machine.safepath import UnsafePath, check_ancestors, read_own, secure_dir, write_new
 from testbed.machine.state_check import (
     ProcFacts,
@@ -33,6 +32,7 @@ from testbed.machine.state_check import (
     interface_problem,
     process_problem,
 )
+from traffic.names import is_name
 
 #: Where runs keep their state: a tmpfs only root may write (the FHS's /run,
 #: https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s15.html), checked before each use.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.config.names import is_name
+from traffic.names import is_name
 
 #: Seconds of slack between a process's start time (kernel clock ticks, read through psutil)
 #: and the run's wall-clock start.

@@ -13,7 +13,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from testbed.config.constants import NUM_TCS, gate_class, gate_major
+from testbed.config.constants import gate_class, gate_major
+from traffic.wire import NUM_TCS
 
 NETLINK_ROUTE = 0
 RTM_GETQDISC = 38

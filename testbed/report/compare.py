@@ -15,6 +15,14 @@ from pathlib import Path
 
 from testbed.machine.owner import make_results_dir
 from testbed.report.headline_text import FIGURES, fmt, markdown_table
+from testbed.results.files import (
+    COMPARE_CSV_FILE,
+    COMPARE_MD_FILE,
+    COMPARE_PNG_FILE,
+    SCENARIO_FILE,
+    SUMMARY_FILE,
+    SWEEP_FILE,
+)
 
 
 class CompareError(ValueError):
@@ -30,7 +38,7 @@ class RunView:
 
 
 def _is_run(d: Path) -> bool:
-    return (d / "summary.json").is_file() and (d / "scenario.json").is_file()
+    return (d / SUMMARY_FILE).is_file() and (d / SCENARIO_FILE).is_file()
 
 
 def expand(folders: list[Path]) -> list[tuple[str, Path]]:
@@ -41,8 +49,8 @@ def expand(folders: list[Path]) -> list[tuple[str, Path]]:
             raise CompareError(f"{d}: no such folder")
         if _is_run(d):
             out.append((d.name, d))
-        elif (d / "sweep.json").is_file():
-            sweep = json.loads((d / "sweep.json").read_text())
+        elif (d / SWEEP_FILE).is_file():
+            sweep = json.loads((d / SWEEP_FILE).read_text())
             for r in sweep.get("runs", []):
                 out.append((f"p{r['point']}-r{r['repeat']} {r['label']}", d / r["run_dir"]))
             if not sweep.get("runs"):
@@ -62,7 +70,7 @@ def load(folders: list[Path]) -> list[RunView]:
     for label, d in expand(folders):
         if not _is_run(d):
             raise CompareError(f"{d}: the sweep lists this run but its folder is not a run's")
-        summary = json.loads((d / "summary.json").read_text())
+        summary = json.loads((d / SUMMARY_FILE).read_text())
         headline = summary.get("headline") or compute_headline(d, summary)
         views.append(RunView(label, d, summary, headline))
     return views
@@ -90,12 +98,12 @@ def write(views: list[RunView], out: Path) -> list[Path]:
 
     make_results_dir(out)
     header, rows = table(views)
-    md = out / "compare.md"
+    md = out / COMPARE_MD_FILE
     md.write_text("\n".join([
         "# Comparison", "",
         *(f"- **{v.label}**: `{v.run_dir}`" for v in views), "",
         *markdown_table(header, rows), "", "![comparison](compare.png)", ""]))
-    with open(out / "compare.csv", "w", newline="") as fh:
+    with open(out / COMPARE_CSV_FILE, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["figure", *(str(v.run_dir) for v in views)])
         for key, _label in FIGURES:
@@ -106,5 +114,5 @@ def write(views: list[RunView], out: Path) -> list[Path]:
                 flow, {}).get("goodput_mbps", "") for v in views)])
     png = plot_compare([(v.label, flow_goodput(v.run_dir, v.summary),
                          run_pfc_frames(v.run_dir, v.summary)) for v in views],
-                       out / "compare.png")
-    return [md, out / "compare.csv", png]
+                       out / COMPARE_PNG_FILE)
+    return [md, out / COMPARE_CSV_FILE, png]

@@ -13,9 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.config.constants import NUM_TCS
 from testbed.results.endpoints import endpoint_hosts, read_messages, read_qp_series
+from testbed.results.files import CONFIG_FILE, SUMMARY_FILE, TOPOLOGY_FILE
 from testbed.results.telemetry import P4CounterRow, TelemetryRow, run_p4_counters, run_telemetry
+from traffic.wire import NUM_TCS
 
 #: The P4 counters the reports read (testbed.run.counter_sampler.CounterSampler samples them).
 ECN_MARKED = "RoceIngress.lossless.ecn_marked"
@@ -251,8 +252,8 @@ class RunData:
 
     @classmethod
     def read(cls, run_dir: Path) -> RunData:
-        return cls(run_dir, read_json(run_dir / "summary.json"),
-                   read_json(run_dir / "config.json"), read_json(run_dir / "topology.json"),
+        return cls(run_dir, read_json(run_dir / SUMMARY_FILE),
+                   read_json(run_dir / CONFIG_FILE), read_json(run_dir / TOPOLOGY_FILE),
                    run_telemetry(run_dir), run_p4_counters(run_dir))
 
     @property

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from testbed.report.data import busy_queues, pause_spans, queue_series
 from testbed.results.endpoints import endpoint_hosts, read_qp_series
+from testbed.results.files import REPORT_MD_FILE, REPORT_PNG_FILE, SUMMARY_FILE
 from testbed.results.telemetry import run_telemetry
 
 
@@ -25,8 +26,8 @@ def make_report(run_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     summary = {}
-    if (run_dir / "summary.json").exists():
-        summary = json.loads((run_dir / "summary.json").read_text())
+    if (run_dir / SUMMARY_FILE).exists():
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     ax_rate, ax_q, ax_p = axes
     _plot_goodput(ax_rate, run_dir)
@@ -44,7 +45,7 @@ def make_report(run_dir: Path) -> Path:
         fig.suptitle("NOT A FAITHFUL EMULATION: " + "; ".join(fid["reasons"])[:220],
                      color="red", fontsize=9, wrap=True)
     fig.tight_layout()
-    png = run_dir / "report.png"
+    png = run_dir / REPORT_PNG_FILE
     fig.savefig(png, dpi=90)
     plt.close(fig)
     _markdown(run_dir, summary)
@@ -134,7 +135,7 @@ def _markdown(run_dir: Path, summary: dict) -> None:
         from testbed.report.headline_text import headline_markdown
 
         lines += ["", *headline_markdown(summary["headline"])]
-    (run_dir / "report.md").write_text("\n".join(lines) + "\n")
+    (run_dir / REPORT_MD_FILE).write_text("\n".join(lines) + "\n")
 
 
 def deadlock_lines(dl: dict | None) -> list[str]:

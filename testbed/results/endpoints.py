@@ -15,10 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-#: The results folder's subfolder with one folder per host's endpoint.
-ENDPOINTS_DIR = "endpoints"
-QP_FILE = "qp_timeseries.csv"
-MESSAGES_FILE = "messages.csv"
+from testbed.results.files import ENDPOINTS_DIR, MESSAGES_FILE, QP_FILE
 
 
 def _opt_float(s: str) -> float | None:

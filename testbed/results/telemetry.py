@@ -26,6 +26,14 @@ from pathlib import Path
 from typing import IO, Any, ClassVar, Generic, TypeVar
 
 from testbed.machine.safepath import read_own, write_new
+from testbed.results.files import (
+    CPU_FILE,
+    EVENTS_SUFFIX,
+    P4_COUNTERS_FILE,
+    PFCWD_SUFFIX,
+    TELEMETRY_DIR,
+    TELEMETRY_SUFFIX,
+)
 
 # -- the columns --------------------------------------------------------------------------------
 
@@ -77,21 +85,16 @@ CPU_COLUMNS = [("t_s", "seconds on the run's clock"),
 
 # -- where the files are --------------------------------------------------------------------------
 
-#: The results folder's subfolder the agents and the CPU sampler write into.
-TELEMETRY_DIR = "telemetry"
-CPU_FILE = "cpu.csv"
-
-
 def telemetry_path(out_dir: Path | str, switch: str) -> Path:
-    return Path(out_dir) / f"{switch}.telemetry.csv"
+    return Path(out_dir) / f"{switch}{TELEMETRY_SUFFIX}"
 
 
 def events_path(out_dir: Path | str, switch: str) -> Path:
-    return Path(out_dir) / f"{switch}.events.csv"
+    return Path(out_dir) / f"{switch}{EVENTS_SUFFIX}"
 
 
 def pfcwd_path(runtime_dir: Path | str, switch: str) -> Path:
-    return Path(runtime_dir) / f"{switch}.pfcwd.json"
+    return Path(runtime_dir) / f"{switch}{PFCWD_SUFFIX}"
 
 
 # -- how a value is written and read ------------------------------------------------------------
@@ -330,22 +333,18 @@ def _each(paths: Iterable[Path], read: Callable[[Path], list[Row]]) -> list[Row]
 
 def run_telemetry(run_dir: Path | str) -> list[TelemetryRow]:
     """Every switch's samples in a results folder (switch by switch, each in time order)."""
-    return _each((Path(run_dir) / TELEMETRY_DIR).glob("*.telemetry.csv"), read_telemetry)
+    return _each((Path(run_dir) / TELEMETRY_DIR).glob(f"*{TELEMETRY_SUFFIX}"), read_telemetry)
 
 
 def run_events(run_dir: Path | str) -> list[EventRow]:
     """Every switch's events in a results folder (switch by switch, each in time order)."""
-    return _each((Path(run_dir) / TELEMETRY_DIR).glob("*.events.csv"), read_events)
+    return _each((Path(run_dir) / TELEMETRY_DIR).glob(f"*{EVENTS_SUFFIX}"), read_events)
 
 
 def run_cpu(run_dir: Path | str) -> list[CpuRow] | None:
     """The CPU samples of a results folder, None if it has none."""
     path = Path(run_dir) / TELEMETRY_DIR / CPU_FILE
     return read_cpu(path) if path.exists() else None
-
-
-#: The results folder's sampled P4 counters (written by testbed.run.counter_sampler).
-P4_COUNTERS_FILE = "p4_counters.csv"
 
 
 def run_p4_counters(run_dir: Path | str) -> list[P4CounterRow]:
@@ -356,4 +355,4 @@ def run_p4_counters(run_dir: Path | str) -> list[P4CounterRow]:
 
 def pfcwd_states(runtime_dir: Path | str) -> list[PfcwdState]:
     """Every switch's watchdog state in a fabric's runtime folder, by switch name."""
-    return [read_pfcwd(p) for p in sorted(Path(runtime_dir).glob("*.pfcwd.json"))]
+    return [read_pfcwd(p) for p in sorted(Path(runtime_dir).glob(f"*{PFCWD_SUFFIX}"))]

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.machine.state import RunState
+from testbed.results.files import CAPTURES_DIR
 from testbed.topology.graph import Topology, intf_name
 
 #: Subfolder of the results folder that holds the pcaps.
-CAPTURES_DIR = "captures"
 #: How long dumpcap may take to open its interface before the run gives up on it.
 START_TIMEOUT_S = 10.0
 #: How long dumpcap may take to write out its file after SIGINT, before it is killed.

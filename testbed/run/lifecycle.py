@@ -27,6 +27,13 @@ from testbed.analysis.fidelity import Budgets
 from testbed.config.models import FabricConfig
 from testbed.machine.owner import make_results_dir
 from testbed.machine.state import RunState, clean_state, make_runtime_dir, runtime_dir_for
+from testbed.results.files import (
+    CONFIG_FILE,
+    CPU_FILE,
+    FABRIC_SUMMARY_FILE,
+    TELEMETRY_DIR,
+    TOPOLOGY_FILE,
+)
 from testbed.topology.graph import Topology
 from testbed.topology.qos import lossless_buffers, queue_profiles
 
@@ -112,13 +119,13 @@ class Run:
 
     def write_inputs(self) -> None:
         """The resolved topology and config beside the results."""
-        (self.results_dir / "topology.json").write_text(self.topo.to_json())
-        (self.results_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        (self.results_dir / TOPOLOGY_FILE).write_text(self.topo.to_json())
+        (self.results_dir / CONFIG_FILE).write_text(self.cfg.model_dump_json(indent=2))
 
     def start_cpu_sampler(self) -> None:
         from testbed.run.cpuload import CpuSampler
 
-        self._cpu = CpuSampler(self.results_dir / "telemetry" / "cpu.csv", self.t0)
+        self._cpu = CpuSampler(self.results_dir / TELEMETRY_DIR / CPU_FILE, self.t0)
         self._cpu.start()
 
     # -- end ------------------------------------------------------------------------------
@@ -170,7 +177,7 @@ class Run:
         from testbed.analysis.deadlock import fidelity_figures, telemetry_summary
         from testbed.analysis.fidelity import assess, unmade
 
-        out = self.results_dir / "telemetry" / "summary.json"
+        out = self.results_dir / TELEMETRY_DIR / FABRIC_SUMMARY_FILE
         why = dict(self.unmeasured)
         if host_loss is None:
             why["host_loss"] = host_loss_unknown or "the endpoints' losses were not read"
@@ -203,5 +210,5 @@ class Run:
 
     def telemetry_summary(self) -> dict | None:
         """telemetry/summary.json as written when the run ended (None if it was not)."""
-        path = self.results_dir / "telemetry" / "summary.json"
+        path = self.results_dir / TELEMETRY_DIR / FABRIC_SUMMARY_FILE
         return json.loads(path.read_text()) if path.exists() else None

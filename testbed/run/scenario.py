@@ -47,12 +47,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed.budget.scenario import AUTO_FIELDS, auto_fields, auto_problem, choose_rates
-from testbed.config.constants import LOCAL_ACK_TIMEOUT, RETRY_COUNT
 from testbed.config.models import ConfigError, FabricConfig
-from testbed.config.names import NAME_PATTERN, PORT_PATTERN, is_name
 from testbed.topology.graph import Topology, build_topology, link_ends, pin_route
 from testbed.topology.validate import explain, parse_config, read_yaml
 from traffic.flows import FlowSpec
+from traffic.names import NAME_PATTERN, PORT_PATTERN, is_name
+from traffic.wire import LOCAL_ACK_TIMEOUT, RETRY_COUNT
 
 
 class RouteOverride(BaseModel):
@@ -119,7 +119,7 @@ class EndpointOptions(BaseModel):
     dcqcn_profile: Literal["paper", "connectx"] | None = None
     #: Go-Back-N's retransmission timer: IB's Local ACK Timeout exponent n, the QP's
     #: ``timeout`` attribute: 4.096 us x 2^n at 40 Gbit/s, scaled to the link as DCQCN's
-    #: timers are (x 4000 at 10 Mbit/s; testbed.config.constants.LOCAL_ACK_TIMEOUT says why 8). A
+    #: timers are (x 4000 at 10 Mbit/s; traffic.wire.LOCAL_ACK_TIMEOUT says why 8). A
     #: timer shorter than the longest the fabric holds a packet resends packets that were never
     #: lost; a longer one makes a lost tail packet (lossy runs) cost more time. Time the NIC
     #: spends paused does not count.

@@ -14,7 +14,15 @@ from pathlib import Path
 from testbed.analysis.deadlock import deadlock_summary
 from testbed.budget.cores import Verdict, budget_line
 from testbed.machine.owner import make_results_dir
-from testbed.results.telemetry import P4_COUNTERS_FILE, run_events
+from testbed.results.files import (
+    ENDPOINTS_DIR,
+    LOG_SUFFIX,
+    P4_COUNTERS_FILE,
+    REPORT_HTML_FILE,
+    SCENARIO_FILE,
+    SUMMARY_FILE,
+)
+from testbed.results.telemetry import run_events
 from testbed.run.capture import Captures
 from testbed.run.counter_sampler import CounterSampler
 from testbed.run.scenario import Fault, Scenario
@@ -126,7 +134,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
             res.summary["deadlock"] = deadlock_summary(run_dir, stopped_at,
                                                        list(sc.cfg.qos.pfc_enable))
         _add_headline(run_dir, res.summary, progress)
-        (run_dir / "summary.json").write_text(json.dumps(res.summary, indent=2, default=str))
+        (run_dir / SUMMARY_FILE).write_text(json.dumps(res.summary, indent=2, default=str))
         _write_reports(run_dir, progress)
     return res
 
@@ -135,7 +143,7 @@ def _write_scenario(sc: Scenario, run_dir: Path) -> None:
     """scenario.json: the resolved config (an `auto` rate as the number chosen) and the rest,
     in a results folder made safely (testbed.machine.owner.make_results_dir)."""
     make_results_dir(run_dir)
-    (run_dir / "scenario.json").write_text(json.dumps(
+    (run_dir / SCENARIO_FILE).write_text(json.dumps(
         {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
         indent=2))
 
@@ -172,7 +180,7 @@ def _write_reports(run_dir: Path, progress) -> None:
     from testbed.report.html import write_html_report
     from testbed.report.png import make_report
 
-    for name, write in (("report", make_report), ("report.html", write_html_report)):
+    for name, write in (("report", make_report), (REPORT_HTML_FILE, write_html_report)):
         try:
             write(run_dir)
         except Exception as exc:
@@ -246,7 +254,7 @@ def _call(client, host: str, run_dir: Path, **req) -> dict:
         return client.call(**req)
     except EndpointError as exc:
         raise RunFailed(f"the endpoint on {host} failed: {exc} (its log: "
-                        f"{run_dir / 'endpoints' / f'{host}.log'})") from None
+                        f"{run_dir / ENDPOINTS_DIR / (host + LOG_SUFFIX)})") from None
 
 
 def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> dict:

@@ -25,6 +25,13 @@ from typing import Any
 from testbed.config.models import ConfigError
 from testbed.machine.owner import make_results_dir
 from testbed.report.headline_text import FIGURES
+from testbed.results.files import (
+    SWEEP_FILE,
+    SWEEP_PNG_FILE,
+    SWEEP_RUNS_FILE,
+    SWEEP_TABLE_CSV_FILE,
+    SWEEP_TABLE_MD_FILE,
+)
 from testbed.run.scenario import Scenario, parse_scenario
 from testbed.run.sweep import (
     RunRecord,
@@ -42,7 +49,6 @@ from testbed.run.sweep import (
 )
 from testbed.topology.validate import read_yaml
 
-SWEEP_FILE = "sweep.json"
 RUNS_DIR = "runs"
 
 
@@ -133,14 +139,14 @@ def write_sweep(plan: Plan, out: Path, records: list[RunRecord], interrupted: bo
             plan.points[r.point]), "run_dir": r.run_dir} for r in records]},
         indent=2, default=str))
     rows = aggregate(plan.points, records)
-    with open(out / "table.csv", "w", newline="") as fh:
+    with open(out / SWEEP_TABLE_CSV_FILE, "w", newline="") as fh:
         csv.writer(fh).writerows(table_csv_rows(rows, plan.keys))
     title = f"# Sweep of {plan.source}" + (" (interrupted)" if interrupted else "")
-    (out / "table.md").write_text("\n".join([
+    (out / SWEEP_TABLE_MD_FILE).write_text("\n".join([
         title, "", f"{len(records)} runs; each figure is the median of a point's runs, "
         "[min, max] when they differ (docs/RESULTS.md says what each is).", "",
         *table_markdown(rows, plan.keys), "", "![sweep](sweep.png)", ""]))
-    with open(out / "runs.csv", "w", newline="") as fh:
+    with open(out / SWEEP_RUNS_FILE, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["point", "repeat", "settings", "run_dir", *(k for k, _ in FIGURES)])
         for r in records:
@@ -152,4 +158,4 @@ def write_sweep(plan: Plan, out: Path, records: list[RunRecord], interrupted: bo
 
         ticks = [flow_style(r["settings"][plan.keys[0]]) if len(plan.keys) == 1
                  else point_label(r["settings"]) for r in rows]
-        plot_sweep(rows, plan.keys, ticks, out / "sweep.png")
+        plot_sweep(rows, plan.keys, ticks, out / SWEEP_PNG_FILE)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.config.constants import NUM_TCS, PFC_QUANTUM_BITS
 from testbed.config.models import FabricConfig, FabricShape, QosConfig
 from testbed.machine.ports import PortSpec, gate_burst_bytes
 from testbed.topology.graph import Topology, intf_name
+from traffic.wire import NUM_TCS, PFC_QUANTUM_BITS
 
 #: The interface MTU of a config that does not name one: FabricShape's default, one definition.
 DEFAULT_MTU: int = FabricShape.model_fields["mtu"].default

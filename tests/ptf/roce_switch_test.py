@@ -26,7 +26,7 @@ from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from testbed.config.constants import AGENT_PORT, ETH_P_MAC_CONTROL, NUM_TCS, PFC_DST_MAC
+from testbed.config.constants import AGENT_PORT
 from testbed.config.models import FabricConfig
 from testbed.control.entries import (
     BMV2_JSON_PATH,
@@ -37,6 +37,7 @@ from testbed.control.entries import (
 )
 from testbed.control.p4runtime import SwitchSession
 from testbed.topology.graph import NextHop, Port, Route, Switch
+from traffic.wire import ETH_P_MAC_CONTROL, NUM_TCS, PFC_DST_MAC
 
 SW_MAC = {p: f"02:4c:00:01:00:{p:02x}" for p in range(1, 6)}
 PEER_MAC = {1: "02:00:0a:00:01:01", 2: "02:51:00:01:00:01", 3: "02:51:00:02:00:01",
