@@ -59,8 +59,10 @@ class PfcWatchdogConfig(_Strict):
         return self
 
 
-class AgentConfig(_Strict):
-    """The switch agent: the switch's OS in software."""
+class SwitchAgentConfig(_Strict):
+    """The switch agent: the switch's OS in software. A fabric's ``agent`` section, the same for
+    every switch; :class:`testbed.agent.config.AgentConfig` is the file one agent reads, made
+    from it for one switch."""
 
     tick_period_ms: float = Field(10.0, gt=0, le=1000, description="How often the agent "
         "ticks a busy lossless queue for the data plane to judge its phantom: XON once it "

@@ -18,8 +18,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from testbed.config.agent import AgentConfig as AgentConfig  # re-exported, as below
-from testbed.config.agent import PfcWatchdogConfig as PfcWatchdogConfig
+from testbed.config.agent import PfcWatchdogConfig as PfcWatchdogConfig  # re-exported
+from testbed.config.agent import SwitchAgentConfig as SwitchAgentConfig  # re-exported
 from testbed.config.base import ConfigError as ConfigError  # re-exported: callers import it here
 from testbed.config.base import _refuse, _Strict
 from testbed.config.bmv2_build import BuildChoice
@@ -378,7 +378,7 @@ class FabricConfig(_Strict):
     ecmp: EcmpConfig = Field(default_factory=EcmpConfig)
     switch: SwitchConfig = Field(default_factory=SwitchConfig)
     qos: QosConfig = Field(default_factory=QosConfig)
-    agent: AgentConfig = Field(default_factory=AgentConfig)
+    agent: SwitchAgentConfig = Field(default_factory=SwitchAgentConfig)
     fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
 
     @model_validator(mode="after")

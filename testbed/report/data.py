@@ -240,8 +240,9 @@ def fct_by_flow(run_dir: Path, summary: dict) -> dict[str, list[float]]:
 
 
 @dataclass
-class RunData:
-    """Everything a run's report shows."""
+class ReportData:
+    """Everything a run's report shows (the labs' checkers read a run with their own
+    :class:`testbed.labs.evidence.RunData`)."""
 
     run_dir: Path
     summary: dict
@@ -251,7 +252,7 @@ class RunData:
     counters: list[P4CounterRow]
 
     @classmethod
-    def read(cls, run_dir: Path) -> RunData:
+    def read(cls, run_dir: Path) -> ReportData:
         return cls(run_dir, read_json(run_dir / SUMMARY_FILE),
                    read_json(run_dir / CONFIG_FILE), read_json(run_dir / TOPOLOGY_FILE),
                    run_telemetry(run_dir), run_p4_counters(run_dir))

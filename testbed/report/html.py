@@ -56,7 +56,7 @@ def render_page(title: str, blocks: list[Block], verdict: dict | None = None,
 def write_html_report(run_dir: Path) -> Path:
     """Write ``report.html`` into a results folder, from what the folder holds."""
     run_dir = Path(run_dir)
-    data = rd.RunData.read(run_dir)
+    data = rd.ReportData.read(run_dir)
     s = data.summary
     subtitle = (f"{s.get('duration_s', '?')} s of traffic; results folder {run_dir.name}"
                 if s else f"results folder {run_dir.name} (no summary.json: not a scenario run)")
@@ -72,7 +72,7 @@ def _marks(summary: dict) -> list[tuple[float, str]]:
     return [(e["t_s"], e["event"]) for e in summary.get("timeline", []) if e["event"] != "start"]
 
 
-def run_blocks(data: rd.RunData) -> list[Block]:
+def run_blocks(data: rd.ReportData) -> list[Block]:
     """Every section of a run's page that its data can fill."""
     s = data.summary
     queues = rd.queue_series(data.telemetry)
@@ -115,7 +115,7 @@ def run_blocks(data: rd.RunData) -> list[Block]:
     return blocks
 
 
-def headline_blocks(data: rd.RunData) -> list[Block]:
+def headline_blocks(data: rd.ReportData) -> list[Block]:
     """The summary's ``headline`` figures (testbed.analysis.headline, the figures runs are compared
     by) as its own tables show them; a run without them gets :func:`headline_table`."""
     h = data.summary.get("headline")
@@ -132,7 +132,7 @@ def headline_blocks(data: rd.RunData) -> list[Block]:
     return out
 
 
-def headline_table(data: rd.RunData) -> Block:
+def headline_table(data: rd.ReportData) -> Block:
     """Per flow: goodput and what it took (retransmissions, NAKs, CNPs); then the fabric's
     totals: drops, PFC frames, ECN marks."""
     s = data.summary
@@ -159,7 +159,7 @@ def headline_table(data: rd.RunData) -> Block:
         "fabric as a whole."))
 
 
-def goodput_block(data: rd.RunData) -> Block:
+def goodput_block(data: rd.ReportData) -> Block:
     flows, per_qp = rd.goodput(data.run_dir, data.summary)
     marks = _marks(data.summary)
     details = [Block(f"{name}: each of its {len(qps)} QPs", svg=rf.line_chart(
@@ -171,7 +171,7 @@ def goodput_block(data: rd.RunData) -> Block:
                          "(endpoints/<host>/qp_timeseries.csv).", details=details)
 
 
-def dcqcn_blocks(data: rd.RunData) -> list[Block]:
+def dcqcn_blocks(data: rd.ReportData) -> list[Block]:
     """DCQCN's rate and alpha per flow over time, for a run whose senders ran it."""
     rates, alphas = rd.dcqcn_series(data.run_dir, data.summary)
     if not rates:
