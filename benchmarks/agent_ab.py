@@ -8,10 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def interleaved(variants: dict[str, dict], rates: list[float], rounds: int) -> list[dict]:

@@ -1,6 +1,6 @@
 """Bring-up time and memory per switch for several fabric shapes, and what a user waits for.
 
-Run as root: sudo .venv/bin/python benchmarks/bringup.py [--reps 3] [--out benchmarks/out]
+Run as root: sudo .venv/bin/python -m benchmarks.bringup [--reps 3] [--out benchmarks/out]
 [--tag bringup]
 Measures, per shape, the wall time from start to every switch programmed (median of the reps,
 with each step), the ping of every pair, the teardown, and the resident memory of each BMv2
@@ -24,12 +24,10 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.config.models import FabricConfig  # noqa: E402
-from testbed.machine.state import fabric_lock  # noqa: E402
-from testbed.run.bringup import Fabric  # noqa: E402
-from testbed.topology.graph import build_topology  # noqa: E402
+from testbed.config.models import FabricConfig
+from testbed.machine.state import fabric_lock
+from testbed.run.bringup import Fabric
+from testbed.topology.graph import build_topology
 
 ROUND_TRIP = ["up", "--spines", "2", "--leaves", "4", "--hosts-per-leaf", "2", "--pingall"]
 

@@ -32,7 +32,7 @@ failure ``--steps`` times. It decides on the checks named by ``--decide`` (defau
 the phantom's drift included); with fewer, the table also gives the highest rate tried at which
 every trial passed every check, a lower bound of the capacity on all checks.
 
-Run as root: sudo .venv/bin/python benchmarks/capacity.py [--builds default,fast]
+Run as root: sudo .venv/bin/python -m benchmarks.capacity [--builds default,fast]
 [--realtime-priority 0] (the agents at nice alone; by default they run as agent.realtime_priority
 says, real-time).
 Writes capacity.json and capacity.md to benchmarks/out. Each trial holds the machine's fabric
@@ -45,7 +45,6 @@ import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -53,7 +52,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def _incast(senders: list[str], to: str = "h1") -> list[tuple[str, str]]:
     return [(s, to) for s in senders]

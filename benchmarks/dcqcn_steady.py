@@ -7,7 +7,7 @@ defaults of testbed/config/models.py and traffic/dcqcn.py), and reports for the 
 run: PFC frames sent per second by all switches, ECN marks per second, CNPs the senders got,
 and the receiver's goodput.
 
-Run as root: sudo .venv/bin/python benchmarks/dcqcn_steady.py [--seconds 30]
+Run as root: sudo .venv/bin/python -m benchmarks.dcqcn_steady [--seconds 30]
 Writes dcqcn_steady.json and dcqcn_steady.md to benchmarks/out.
 """
 
@@ -16,15 +16,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.run.scenario import parse_scenario  # noqa: E402
-from testbed.run.scenario_run import run_scenario  # noqa: E402
+from testbed.run.scenario import parse_scenario
+from testbed.run.scenario_run import run_scenario
 
 OUT = Path(__file__).resolve().parent / "out"
 SENDERS = ["h3", "h4", "h5", "h6"]

@@ -1,7 +1,7 @@
 """How long an experiment takes from the user's command to its exit, and whether a sweep of 8
 points with 3 repeats fits in half an hour.
 
-Run as root: sudo .venv/bin/python benchmarks/experiment.py [--reps 3] [--sweep]
+Run as root: sudo .venv/bin/python -m benchmarks.experiment [--reps 3] [--sweep]
                                                             [--out benchmarks/out]
 
 * ``sudo testbed run scenarios/incast-pfc.yaml``, ``--reps`` times: the whole command (fabric
@@ -30,9 +30,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.machine.state import fabric_lock  # noqa: E402
+from testbed.machine.state import fabric_lock
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = REPO / "scenarios" / "incast-pfc.yaml"

@@ -17,7 +17,7 @@ fresh namespace, with a backlog of full-size RoCE data frames (a write's middle 
 capacity benchmark's flows send) in class 3; the gate is opened and closed ``--cycles`` times
 and the class's sent bytes are read from the kernel.
 
-Run as root: sudo .venv/bin/python benchmarks/gate_lead.py [--reps 3]
+Run as root: sudo .venv/bin/python -m benchmarks.gate_lead [--reps 3]
 Writes gate_lead.json and gate_lead.md to benchmarks/out.
 """
 
@@ -27,17 +27,14 @@ import argparse
 import json
 import socket
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.machine.netns import inside  # noqa: E402
-from testbed.machine.ports import HTB_BURST_BYTES  # noqa: E402
-from testbed.topology.qos import gate_leak_roce_bytes, roce_mtu  # noqa: E402
-from tests.portrig import port  # noqa: E402
-from traffic.packets import WRITE_MIDDLE, RoceFrameBuilder  # noqa: E402
+from testbed.machine.netns import inside
+from testbed.machine.ports import HTB_BURST_BYTES
+from testbed.topology.qos import gate_leak_roce_bytes, roce_mtu
+from tests.portrig import port
+from traffic.packets import WRITE_MIDDLE, RoceFrameBuilder
 
 TC = 3  # the class RoCE's DSCP maps to (tests.portrig.DSCP_TO_TC, as by default)
 #: (link Mbit/s, interface MTU): 1 KB and 4 KB RoCE frames at the rates capacity.py tries.

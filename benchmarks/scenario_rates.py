@@ -5,7 +5,7 @@ benchmark's incasts carry one link's worth of packets however many senders they 
 scenarios that load every link at once (the deadlock runs: four hosts sending to each other
 over 32 QPs) are what hold the default link rate (docs/PERFORMANCE.md).
 
-Run as root: sudo .venv/bin/python benchmarks/scenario_rates.py [--scenarios deadlock-control]
+Run as root: sudo .venv/bin/python -m benchmarks.scenario_rates [--scenarios deadlock-control]
 [--rates 10,15] [--runs 3] [--realtime 10,0] (the agents' agent.realtime_priority, each value a
 variant, interleaved; default: the scenario's own) [--tag scenario_rates]. Writes TAG.json and
 TAG.md to benchmarks/out.
@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from testbed.machine.state import fabric_lock
+from testbed.run.scenario import parse_scenario
+from testbed.run.scenario_run import run_scenario
 
-from testbed.machine.state import fabric_lock  # noqa: E402
-from testbed.run.scenario import parse_scenario  # noqa: E402
-from testbed.run.scenario_run import run_scenario  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 #: Figures of the fidelity guard's failed checks (testbed.analysis.fidelity.checks, by name), scaled
 #: from its units (us, bytes) to the table's (ms, KB).
