@@ -36,6 +36,24 @@ ETH_P_ALL = 0x0003
 #: Linux: a packet socket's address says this of a frame the host itself sent (packet(7)).
 PACKET_OUTGOING = 4
 
+#: Header sizes on the wire, in bytes: Ethernet (no VLAN tag), IPv4 (no options), UDP.
+ETH_HEADER_LEN = 14
+IPV4_HEADER_LEN = 20
+UDP_HEADER_LEN = 8
+#: RoCEv2's transport headers (IBA vol. 1, 9.2-9.4): the Base Transport Header of every
+#: packet, the RDMA Extended Transport Header of a WRITE's first packet, the ACK Extended
+#: Transport Header, and the Invariant CRC that ends every packet.
+BTH_LEN = 12
+RETH_LEN = 16
+AETH_LEN = 4
+ICRC_LEN = 4
+
+#: The DSCPs RoCE traffic is marked with by default (NVIDIA's "roce lossless" defaults, which
+#: SONiC's too): data on 26, CNPs on 48 (/sys/class/net/<if>/ecn/roce_np/cnp_dscp). A fabric's
+#: own come from its qos.dscp_to_tc_map and qos.cnp_dscp.
+DSCP_ROCE = 26
+DSCP_CNP = 48
+
 # -- InfiniBand's transport -----------------------------------------------------------------------
 
 #: Go-Back-N's retransmission timer is IB's Local ACK Timeout (IBA spec, vol. 1, 9.7.6.1.3):

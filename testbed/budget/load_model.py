@@ -34,16 +34,22 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
 from testbed.topology.graph import DownLinks, Topology, compute_routes
-from testbed.topology.qos import ETH_HEADER_BYTES, roce_mtu
+from testbed.topology.qos import roce_mtu
 from traffic.dcqcn import REFERENCE_LINK_BPS
 from traffic.flows import FlowSpec
+from traffic.wire import (
+    BTH_LEN,
+    ETH_HEADER_LEN,
+    ICRC_LEN,
+    IPV4_HEADER_LEN,
+    RETH_LEN,
+    UDP_HEADER_LEN,
+)
 
 #: traffic/qp.py's Requester default: an ACK request every 8 packets (and on a message's last).
 ACK_REQ_EVERY = 8
-#: Headers of every RoCE data packet on the wire: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4.
-DATA_HEADER_BYTES = ETH_HEADER_BYTES + 20 + 8 + 12 + 4
-#: An RDMA WRITE's first packet also carries the RETH.
-RETH_BYTES = 16
+#: Headers of every RoCE data packet on the wire: Ethernet, IPv4, UDP, BTH, ICRC.
+DATA_HEADER_BYTES = ETH_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN
 #: [Z15]'s CNP interval N at 40 Gbit/s (traffic/dcqcn.py, NotificationPoint.scaled).
 CNP_INTERVAL_S_AT_40G = 50e-6
 #: The most switch hops a path may take (bounce routes loop on purpose; a packet's TTL ends
@@ -92,7 +98,7 @@ def message_wire(message_bytes: int, mtu: int, kind: str = "write") -> Wire:
     """The packets, wire bytes and ACKs of one message at an interface MTU."""
     pmtu = roce_mtu(mtu)
     n = max(1, math.ceil(message_bytes / pmtu))
-    extra = RETH_BYTES if kind == "write" else 0
+    extra = RETH_LEN if kind == "write" else 0  # a WRITE's first packet also carries the RETH
     return Wire(n, message_bytes + n * DATA_HEADER_BYTES + extra, math.ceil(n / ACK_REQ_EVERY))
 
 

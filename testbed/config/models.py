@@ -25,7 +25,7 @@ from testbed.config.base import _refuse, _Strict
 from testbed.config.bmv2_build import BuildChoice
 from testbed.config.constants import PFC_PORT_BITMAP_BITS
 from traffic.names import NAME_PATTERN
-from traffic.wire import NUM_TCS, PFC_MAX_QUANTA
+from traffic.wire import DSCP_CNP, DSCP_ROCE, NUM_TCS, PFC_MAX_QUANTA
 
 #: Fields of the packet that ECMP may hash on. The UDP source port is the only per-QP entropy a
 #: RoCEv2 flow carries, so leaving it out is how polarization is shown.
@@ -249,7 +249,7 @@ class QosConfig(_Strict):
     """Classification, buffers, ECN and PFC, in SONiC's names."""
 
     dscp_to_tc_map: dict[int, int] = Field(
-        default_factory=lambda: {26: 3, 48: 6},
+        default_factory=lambda: {DSCP_ROCE: 3, DSCP_CNP: 6},
         description=(
             "DSCP_TO_TC_MAP: DSCP -> traffic class. RoCE data on DSCP 26 -> class 3, CNPs on "
             "DSCP 48 -> class 6 (NVIDIA/Onyx 'roce lossless' defaults). The hosts mark each "
@@ -259,7 +259,7 @@ class QosConfig(_Strict):
     default_tc: int = Field(
         0, ge=0, le=NUM_TCS - 1, description="Class of any DSCP not in the map.")
     cnp_dscp: int = Field(
-        48, ge=0, le=63, description="DSCP the hosts' NICs mark CNPs with; the map gives its "
+        DSCP_CNP, ge=0, le=63, description="DSCP the hosts' NICs mark CNPs with; the map gives its "
         "class, which must not be lossless. Real counterpart: ConnectX's cnp_dscp "
         "(/sys/class/net/<if>/ecn/roce_np/cnp_dscp, default 48), which SONiC and NVIDIA's "
         "'roce lossless' defaults map to class 6.")
@@ -335,7 +335,7 @@ class QosConfig(_Strict):
             if tc == self.default_tc:
                 dscps |= set(range(64)) - set(self.dscp_to_tc_map)
             if dscps:
-                preferred = [d for d in ((26, 24) if tc == 3 else (tc << 3,)) if d in dscps]
+                preferred = [d for d in ((DSCP_ROCE, 24) if tc == 3 else (tc << 3,)) if d in dscps]
                 out[tc] = preferred[0] if preferred else min(dscps)
         return out
 

@@ -14,14 +14,22 @@ from dataclasses import dataclass
 from testbed.config.models import FabricConfig, FabricShape, QosConfig
 from testbed.machine.ports import PortSpec, gate_burst_bytes
 from testbed.topology.graph import Topology, intf_name
-from traffic.wire import NUM_TCS, PFC_QUANTUM_BITS
+from traffic.wire import (
+    BTH_LEN,
+    ETH_HEADER_LEN,
+    ICRC_LEN,
+    IPV4_HEADER_LEN,
+    NUM_TCS,
+    PFC_QUANTUM_BITS,
+    RETH_LEN,
+    UDP_HEADER_LEN,
+)
 
 #: The interface MTU of a config that does not name one: FabricShape's default, one definition.
 DEFAULT_MTU: int = FabricShape.model_fields["mtu"].default
-ETH_HEADER_BYTES = 14
-#: A RoCEv2 data packet's headers inside the interface MTU: IPv4 20, UDP 8, BTH 12, RETH 16
-#: (the first packet of an RDMA WRITE carries it; the largest data packet) and ICRC 4.
-ROCE_PACKET_OVERHEAD = 20 + 8 + 12 + 16 + 4
+#: A RoCEv2 data packet's headers inside the interface MTU: IPv4, UDP, BTH, RETH (the first
+#: packet of an RDMA WRITE carries it; the largest data packet) and ICRC (traffic.wire's sizes).
+ROCE_PACKET_OVERHEAD = IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + RETH_LEN + ICRC_LEN
 #: The path MTUs an RDMA NIC can use (IBTA: 256..4096 bytes of payload per packet).
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 
@@ -39,12 +47,12 @@ def roce_mtu(mtu: int) -> int:
 
 def roce_frame_bytes(mtu: int = DEFAULT_MTU) -> int:
     """The largest RoCE frame on the wire, Ethernet header included, at this interface MTU."""
-    return roce_mtu(mtu) + ROCE_PACKET_OVERHEAD + ETH_HEADER_BYTES
+    return roce_mtu(mtu) + ROCE_PACKET_OVERHEAD + ETH_HEADER_LEN
 
 
 def max_frame_bytes(mtu: int = DEFAULT_MTU) -> int:
     """The largest frame an interface of this MTU carries (what a port's gate must admit)."""
-    return mtu + ETH_HEADER_BYTES
+    return mtu + ETH_HEADER_LEN
 
 
 def gate_leak_bytes(mtu: int = DEFAULT_MTU) -> int:
