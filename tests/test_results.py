@@ -99,3 +99,28 @@ def test_watchdog_state_round_trips(tmp_path: Path) -> None:
     assert read_pfcwd(pfcwd_path(tmp_path, "leaf1")) == state
     assert not list(tmp_path.glob("*.tmp"))  # written whole, then renamed
     assert pfcwd_states(tmp_path) == [state]
+
+
+def test_p4_counters_are_read_one_way(tmp_path: Path) -> None:
+    """p4_counters.csv has one reader (testbed.results.telemetry.last_p4_counters): the
+    headline, the phenomena and the labs' evidence see the same last sample of every cell."""
+    from testbed.analysis.headline import last_counters
+    from testbed.analysis.phenomena import read_p4_counters
+    from testbed.labs.evidence import RunData
+    from testbed.results.files import P4_COUNTERS_FILE
+    from testbed.results.telemetry import P4_COUNTER_COLUMNS, last_p4_counters
+
+    path = tmp_path / P4_COUNTERS_FILE
+    rows = [(0.5, "leaf1", "RoceEgress.tx_port", 3, 10, 40960),
+            (0.5, "leaf1", "RoceIngress.drops", 21, 1, 64),
+            (1.0, "leaf1", "RoceEgress.tx_port", 3, 25, 102400)]
+    path.write_text(",".join(c for c, _ in P4_COUNTER_COLUMNS) + "\n"
+                    + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    cells = last_p4_counters(path)
+    assert cells == {("leaf1", "RoceEgress.tx_port", 3): (25, 102400),
+                     ("leaf1", "RoceIngress.drops", 21): (1, 64)}
+    assert read_p4_counters(path) == cells
+    assert RunData(tmp_path).counters == cells
+    assert last_counters(path) == {cell: packets for cell, (packets, _) in cells.items()}
+    # a folder without the file (a `testbed up` run) has no counters, where absence is allowed
+    assert last_counters(tmp_path / "none.csv") == {} and RunData(tmp_path / "x").counters == {}

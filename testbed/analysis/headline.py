@@ -18,7 +18,6 @@ The reading is done by :func:`compute_headline`; everything else is pure, for th
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections import defaultdict
@@ -30,7 +29,7 @@ from testbed.analysis.headline_links import imbalance, link_figures, stages
 from testbed.analysis.phenomena import jain_index
 from testbed.results.endpoints import MessageRow, QpRow, read_messages, read_qp_series
 from testbed.results.files import P4_COUNTERS_FILE, SCENARIO_FILE, TOPOLOGY_FILE
-from testbed.results.telemetry import QueueId, TelemetryRow, run_telemetry
+from testbed.results.telemetry import QueueId, TelemetryRow, last_p4_counters, run_telemetry
 from traffic.flows import FlowSpec, assign_qps
 from traffic.wire import NUM_TCS
 
@@ -160,12 +159,9 @@ PFC_TX_COUNTER = "RoceEgress.pfc_egress.pfc_tx"
 def last_counters(path: Path) -> dict[tuple[str, str, int], int]:
     """``p4_counters.csv``: each (switch, counter, cell)'s packets at its last sample (the
     counters only grow; a cell appears once it has counted something)."""
-    last: dict[tuple[str, str, int], int] = {}
-    if path.exists():
-        with open(path, newline="") as fh:
-            for r in csv.DictReader(fh):
-                last[(r["switch"], r["counter"], int(r["index"]))] = int(r["packets"])
-    return last
+    if not path.exists():
+        return {}
+    return {cell: packets for cell, (packets, _bytes) in last_p4_counters(path).items()}
 
 
 def host_uplinks(topology: dict, counters: dict[tuple[str, str, int], int],

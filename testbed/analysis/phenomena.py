@@ -19,10 +19,10 @@ from pathlib import Path
 from testbed.config.constants import DROP_PFC_CONSUMED, NUM_DROP_REASONS
 from testbed.results.endpoints import read_messages, read_qp_series
 from testbed.results.files import P4_COUNTERS_FILE, SUMMARY_FILE, TOPOLOGY_FILE
-from testbed.results.telemetry import P4CounterRow, read_csv
+from testbed.results.telemetry import CounterCell, last_p4_counters
 
 #: A cell of a P4 counter array: (switch, counter name, index).
-Cell = tuple[str, str, int]
+Cell = CounterCell
 #: A time series: (t_s, value) in time order.
 Series = list[tuple[float, float]]
 
@@ -93,8 +93,7 @@ def convergence_time(cumulative: dict[str, Series], start_s: float, end_s: float
 def read_p4_counters(path: Path | str) -> dict[Cell, tuple[int, int]]:
     """The last sample of every P4 counter cell in ``p4_counters.csv``: (packets, bytes), read
     through the results folder's one reader of that file (testbed.results.telemetry)."""
-    return {(r.switch, r.counter, r.index): (r.packets, r.bytes)
-            for r in read_csv(Path(path), P4CounterRow)}
+    return last_p4_counters(path)
 
 
 def p4_drops(cells: dict[Cell, tuple[int, int]]) -> int:

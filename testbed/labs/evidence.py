@@ -23,7 +23,7 @@ from testbed.results.files import (
     SUMMARY_FILE,
     TOPOLOGY_FILE,
 )
-from testbed.results.telemetry import TelemetryRow, run_telemetry
+from testbed.results.telemetry import TelemetryRow, last_p4_counters, run_telemetry
 from traffic.wire import NUM_TCS
 
 #: The P4 program's per-(port, class) counters (p4/egress.p4, p4/lossless.p4), as
@@ -68,14 +68,8 @@ class RunData:
     @cached_property
     def counters(self) -> dict[tuple[str, str, int], tuple[int, int]]:
         """Each P4 counter cell's last sample: (switch, counter, index) -> (packets, bytes)."""
-        out: dict[tuple[str, str, int], tuple[int, int]] = {}
         p = self.path / P4_COUNTERS_FILE
-        if p.exists():
-            with open(p) as fh:
-                for r in csv.DictReader(fh):
-                    out[(r["switch"], r["counter"], int(r["index"]))] = (int(r["packets"]),
-                                                                         int(r["bytes"]))
-        return out
+        return last_p4_counters(p) if p.exists() else {}
 
     def port_tc(self, switch: str, counter: str, port: int, tc: int) -> tuple[int, int]:
         """A per-(port, class) counter's last (packets, bytes)."""

@@ -347,6 +347,18 @@ def run_cpu(run_dir: Path | str) -> list[CpuRow] | None:
     return read_cpu(path) if path.exists() else None
 
 
+#: A cell of a P4 counter array: (switch, counter name, index).
+CounterCell = tuple[str, str, int]
+
+
+def last_p4_counters(path: Path | str) -> dict[CounterCell, tuple[int, int]]:
+    """Each P4 counter cell's last sample in a ``p4_counters.csv``: (packets, bytes). The
+    counters only grow, and a cell appears once it has counted something. The one reading of
+    the file's cells: the headline, the phenomena and the labs' evidence all go through it."""
+    return {(r.switch, r.counter, r.index): (r.packets, r.bytes)
+            for r in read_csv(path, P4CounterRow)}
+
+
 def run_p4_counters(run_dir: Path | str) -> list[P4CounterRow]:
     """Every P4 counter sample of a results folder (none if the run sampled none)."""
     path = Path(run_dir) / P4_COUNTERS_FILE
