@@ -263,7 +263,7 @@ def test_another_users_profile_is_refused(stored: Path, monkeypatch) -> None:
 def test_over_budget_is_told_before_the_run_and_refused_with_strict(stored: Path, monkeypatch,
                                                                     tmp_path: Path) -> None:
     """No switch comes up: the run itself is replaced by one that records being reached."""
-    from testbed.cli.main import app
+    from testbed.cli.commands import app
     from testbed.run import scenario_run
 
     reached = []
@@ -293,7 +293,7 @@ def test_over_budget_is_told_before_the_run_and_refused_with_strict(stored: Path
 
 
 def test_strict_refuses_an_unknown_budget(stored: Path, tmp_path: Path) -> None:
-    from testbed.cli.main import app
+    from testbed.cli.commands import app
 
     r = CliRunner().invoke(app, ["run", str(INCAST), "--results", str(tmp_path), "--strict"],
                            env={"COLUMNS": "300"})

@@ -153,7 +153,7 @@ def test_exec_runs_each_command_on_its_node_and_keeps_the_first_failure(capsys) 
     Mininet node's cmd() does (the output, then the exit status the CLI appended)."""
     import typer
 
-    from testbed.cli.main import _run_exec
+    from testbed.cli.commands import _run_exec
 
     ran = []
 

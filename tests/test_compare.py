@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from testbed.cli.main import app
+from testbed.cli.commands import app
 from testbed.report.compare import CompareError, expand, load, table
 from tests.synthetic_run import write_run
 

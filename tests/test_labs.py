@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from testbed.cli.main import app
+from testbed.cli.commands import app
 from testbed.labs.catalog import SHEET_SECTIONS, Lab, all_labs, find_lab
 from testbed.labs.checks import Line, grade, unknown_checks
 from testbed.labs.cli import copy_starter

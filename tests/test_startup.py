@@ -45,7 +45,7 @@ leave("the message")
 
 
 def test_the_testbed_command_leaves_through_the_quick_exit() -> None:
-    assert 'testbed = "testbed.cli.main:main"' in (REPO / "pyproject.toml").read_text()
+    assert 'testbed = "testbed.cli:main"' in (REPO / "pyproject.toml").read_text()
     r = subprocess.run([sys.executable, "-m", "testbed.cli", "up", "--spines", "x"],
                        capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 2 and "--spines" in r.stderr and "Traceback" not in r.stderr

@@ -169,7 +169,7 @@ def test_no_import_cycles() -> None:
 def test_the_layer_check_names_an_upward_import() -> None:
     graph = {"testbed.config.models": {"testbed.run.scenario"},
              "testbed.run.scenario": {"testbed.config.models", "testbed"},
-             "testbed.cli.main": {"testbed.run.scenario"}}
+             "testbed.cli.commands": {"testbed.run.scenario"}}
     assert upward_imports(graph) == [
         "testbed.config.models imports testbed.run.scenario (config -> run, a higher layer)"]
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from testbed.cli.main import app
+from testbed.cli.commands import app
 from testbed.run.sweep import (
     RunRecord,
     SweepError,

@@ -1,5 +1,5 @@
-"""The bodies of `testbed sweep` and `testbed compare` (testbed.cli.main wires them): every mistake
-the user can make comes back as an :class:`ExperimentError`, one line and an exit status."""
+"""The bodies of `testbed sweep` and `testbed compare` (testbed.cli.commands wires them): every
+mistake the user can make comes back as an :class:`ExperimentError`, one line and an exit status."""
 
 from __future__ import annotations
 
