@@ -55,9 +55,8 @@ class WatchdogSettings:
         d.pop("ports", None)
         names = [f.name for f in fields(cls)]
         if any(n not in d for n in names):
-            from testbed.config.models import (
-                PfcWatchdogConfig,  # only then: pydantic is slow to import
-            )
+            # only then: pydantic is slow to import
+            from testbed.config.models import PfcWatchdogConfig
 
             d = PfcWatchdogConfig.model_validate(d).model_dump()
         return cls(**{n: d[n] for n in names})
