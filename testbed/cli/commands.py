@@ -350,24 +350,28 @@ def provision(
              "repository (machines without internet).")] = None,
     bmv2_fast_archive: Annotated[Path | None, typer.Option(
         help="Also install BMv2's fast build (no logging, -O3) from this .tar.zst.")] = None,
+    bmv2_fast_url: Annotated[str | None, typer.Option(
+        help="Or download that archive from this URL (needs --bmv2-fast-sha256).")] = None,
+    bmv2_fast_sha256: Annotated[str | None, typer.Option(
+        help="The sha256 the download must have (sha256sum prints it).")] = None,
     bmv2_fast_source: Annotated[Path | None, typer.Option(
         help="Or build it from this behavioral-model source checkout (about half an hour).")]
         = None,
+    bmv2_fast_build: Annotated[bool, typer.Option(
+        help="With none of these, build it from the pinned behavioral-model commit from GitHub "
+             "(tag p4repo; about half an hour on two cores, once).")] = True,
 ) -> None:
     """Provision this machine with playbooks/site.yml (through ansible-runner)."""
-    from testbed.cli.provision import PLAYBOOK, run_playbook
+    from testbed.cli.provision import PLAYBOOK, playbook_vars, run_playbook
 
     book = (playbook or PLAYBOOK).resolve()
     if not book.is_file():
         _fail(f"--playbook: no such file {book}")
-    extravars: dict[str, str] = {}
-    for var, given in (("p4_toolchain_archive", toolchain_archive),
-                       ("p4_bmv2_fast_archive", bmv2_fast_archive),
-                       ("p4_bmv2_fast_source", bmv2_fast_source)):
-        if given is not None:
-            if not (given.is_dir() if var.endswith("source") else given.is_file()):
-                _fail(f"--{var.removeprefix('p4_').replace('_', '-')}: no such file {given}")
-            extravars[var] = str(given.resolve())
+    try:
+        extravars = playbook_vars(toolchain_archive, bmv2_fast_archive, bmv2_fast_source,
+                                  bmv2_fast_url, bmv2_fast_sha256, bmv2_fast_build)
+    except ValueError as exc:
+        _fail(str(exc))
     if os.geteuid() != 0:
         _fail("provisioning installs packages: run it with sudo")
     colors = {"ok": "green", "changed": "yellow", "failed": "red", "skipped": "dim",

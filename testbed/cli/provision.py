@@ -8,6 +8,7 @@ names the task that failed and what it said.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -47,6 +48,51 @@ class ProvisionResult:
         for f in self.failures:
             s += f"\nFAILED: {f.task}: {f.message}"
         return s
+
+
+SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def fast_download_vars(url: str | None, sha256: str | None) -> dict[str, str]:
+    """The playbook's variables for BMv2's fast build by URL (role p4, fast_url.yml), or
+    ValueError with a one-line message naming the option and the fix: a download is taken only
+    with its checksum, refused before anything runs (the playbook refuses it too)."""
+    if url is None and sha256 is None:
+        return {}
+    if url is None:
+        raise ValueError("--bmv2-fast-sha256 is the checksum of a download: give "
+                         "--bmv2-fast-url URL too")
+    if "://" not in url:
+        raise ValueError(f"--bmv2-fast-url: {url} is not a URL: give one such as "
+                         "https://host/bmv2-fast-debian12-amd64.tar.zst")
+    if not sha256:
+        raise ValueError("--bmv2-fast-url needs --bmv2-fast-sha256: give the archive's sha256 "
+                         "too (sha256sum FILE prints it)")
+    if not SHA256.fullmatch(sha256):
+        raise ValueError(f"--bmv2-fast-sha256: {sha256} is not 64 hex digits: give the "
+                         "archive's sha256 (sha256sum FILE prints it)")
+    return {"p4_bmv2_fast_url": url, "p4_bmv2_fast_sha256": sha256.lower()}
+
+
+def playbook_vars(toolchain_archive: Path | None = None, bmv2_fast_archive: Path | None = None,
+                  bmv2_fast_source: Path | None = None, bmv2_fast_url: str | None = None,
+                  bmv2_fast_sha256: str | None = None, bmv2_fast_build: bool = True,
+                  ) -> dict[str, str | bool]:
+    """The playbook's variables for `testbed provision`'s options (role p4's defaults say what
+    they do), or ValueError with a one-line message naming the option and the fix."""
+    extravars: dict[str, str | bool] = {}
+    for var, given in (("p4_toolchain_archive", toolchain_archive),
+                       ("p4_bmv2_fast_archive", bmv2_fast_archive),
+                       ("p4_bmv2_fast_source", bmv2_fast_source)):
+        if given is not None:
+            if not (given.is_dir() if var.endswith("source") else given.is_file()):
+                raise ValueError(f"--{var.removeprefix('p4_').replace('_', '-')}: "
+                                 f"no such file {given}")
+            extravars[var] = str(given.resolve())
+    extravars |= fast_download_vars(bmv2_fast_url, bmv2_fast_sha256)
+    if not bmv2_fast_build:
+        extravars["p4_bmv2_fast_build"] = False
+    return extravars
 
 
 def _message(res: dict) -> str:
