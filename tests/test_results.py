@@ -124,3 +124,35 @@ def test_p4_counters_are_read_one_way(tmp_path: Path) -> None:
     assert last_counters(path) == {cell: packets for cell, (packets, _) in cells.items()}
     # a folder without the file (a `testbed up` run) has no counters, where absence is allowed
     assert last_counters(tmp_path / "none.csv") == {} and RunData(tmp_path / "x").counters == {}
+
+
+def test_the_run_summary_type_has_every_key_a_run_writes() -> None:
+    """testbed.results.summary.RunSummary (and its flows' and QPs' types) name every key
+    testbed/run/scenario_run.py writes into summary.json: read from its source with ast."""
+    import ast
+
+    from testbed.results.summary import FlowSummary, QpSummary, RunSummary
+
+    source = Path(__file__).resolve().parent.parent / "testbed" / "run" / "scenario_run.py"
+    tree = ast.parse(source.read_text())
+    written: set[str] = set()
+    dicts: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                and ast.unparse(node.value) in ("summary", "res.summary")
+                and isinstance(node.slice, ast.Constant)):
+            written.add(node.slice.value)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                "res.summary.setdefault", "res.summary.update"):
+            written |= {c.value for c in ast.walk(node.args[0])
+                        if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        if isinstance(node, ast.Dict) and node.keys and all(
+                isinstance(k, ast.Constant) for k in node.keys):
+            keys = {k.value for k in node.keys}
+            dicts[min(keys)] = keys
+    summary = next(k for k in dicts.values() if "scenario" in k)
+    flow = next(k for k in dicts.values() if "qps" in k)
+    qp = next(k for k in dicts.values() if "qpn" in k)
+    assert "headline" in written and "fidelity" in written  # the scan finds them
+    assert written | summary <= set(RunSummary.__annotations__)
+    assert flow == set(FlowSummary.__annotations__) and qp == set(QpSummary.__annotations__)

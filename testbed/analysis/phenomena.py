@@ -18,7 +18,7 @@ from pathlib import Path
 
 from testbed.config.constants import DROP_PFC_CONSUMED, NUM_DROP_REASONS
 from testbed.results.endpoints import read_messages, read_qp_series
-from testbed.results.files import P4_COUNTERS_FILE, SUMMARY_FILE, TOPOLOGY_FILE
+from testbed.results.files import P4_COUNTERS_FILE, TOPOLOGY_FILE
 from testbed.results.telemetry import CounterCell, last_p4_counters
 
 #: A cell of a P4 counter array: (switch, counter name, index).
@@ -123,10 +123,6 @@ def link_shares(run_dir: Path, switch: str, peer_prefix: str) -> dict[int, float
                        ports_toward(run_dir, switch, peer_prefix))
     total = sum(tx.values())
     return {p: (b / total if total else 0.0) for p, b in sorted(tx.items())}
-
-
-def read_summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / SUMMARY_FILE).read_text())
 
 
 def retransmitted(summary: dict, flows: Iterable[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from testbed.results.files import (
     SUMMARY_FILE,
     TOPOLOGY_FILE,
 )
+from testbed.results.summary import read_summary
 from testbed.results.telemetry import TelemetryRow, last_p4_counters, run_telemetry
 from traffic.wire import NUM_TCS
 
@@ -45,7 +46,7 @@ class RunData:
 
     @classmethod
     def load(cls, path: Path) -> RunData:
-        return cls(path, json.loads((path / SUMMARY_FILE).read_text()))
+        return cls(path, dict(read_summary(path)))
 
     @property
     def name(self) -> str:

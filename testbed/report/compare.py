@@ -23,6 +23,7 @@ from testbed.results.files import (
     SUMMARY_FILE,
     SWEEP_FILE,
 )
+from testbed.results.summary import read_summary
 
 
 class CompareError(ValueError):
@@ -70,7 +71,7 @@ def load(folders: list[Path]) -> list[RunView]:
     for label, d in expand(folders):
         if not _is_run(d):
             raise CompareError(f"{d}: the sweep lists this run but its folder is not a run's")
-        summary = json.loads((d / SUMMARY_FILE).read_text())
+        summary = read_summary(d)
         headline = summary.get("headline") or compute_headline(d, summary)
         views.append(RunView(label, d, summary, headline))
     return views

@@ -9,13 +9,13 @@ Its data comes from testbed.report.data, as report.html's does (testbed.report.h
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from testbed.report.data import busy_queues, pause_spans, queue_series
 from testbed.results.endpoints import endpoint_hosts, read_qp_series
 from testbed.results.files import REPORT_MD_FILE, REPORT_PNG_FILE, SUMMARY_FILE
+from testbed.results.summary import read_summary
 from testbed.results.telemetry import run_telemetry
 
 
@@ -25,9 +25,7 @@ def make_report(run_dir: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summary = {}
-    if (run_dir / SUMMARY_FILE).exists():
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    summary = read_summary(run_dir) if (run_dir / SUMMARY_FILE).exists() else {}
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     ax_rate, ax_q, ax_p = axes
     _plot_goodput(ax_rate, run_dir)

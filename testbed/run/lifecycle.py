@@ -34,6 +34,7 @@ from testbed.results.files import (
     TELEMETRY_DIR,
     TOPOLOGY_FILE,
 )
+from testbed.results.summary import read_fabric_summary
 from testbed.topology.graph import Topology
 from testbed.topology.qos import lossless_buffers, queue_profiles
 
@@ -210,5 +211,4 @@ class Run:
 
     def telemetry_summary(self) -> dict | None:
         """telemetry/summary.json as written when the run ended (None if it was not)."""
-        path = self.results_dir / TELEMETRY_DIR / FABRIC_SUMMARY_FILE
-        return json.loads(path.read_text()) if path.exists() else None
+        return read_fabric_summary(self.results_dir)

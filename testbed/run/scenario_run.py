@@ -22,6 +22,7 @@ from testbed.results.files import (
     SCENARIO_FILE,
     SUMMARY_FILE,
 )
+from testbed.results.summary import RunSummary
 from testbed.results.telemetry import run_events
 from testbed.run.capture import Captures
 from testbed.run.counter_sampler import CounterSampler
@@ -33,7 +34,7 @@ from traffic.flows import FlowRunner
 @dataclass
 class RunResult:
     results_dir: Path
-    summary: dict = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=lambda: RunSummary())
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ def _call(client, host: str, run_dir: Path, **req) -> dict:
                         f"{run_dir / ENDPOINTS_DIR / (host + LOG_SUFFIX)})") from None
 
 
-def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> dict:
+def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> RunSummary:
     flows = {}
     for f in sc.extras.flows:
         src = _call(eps[f.src], f.src, run_dir, cmd="stats")["qps"]
