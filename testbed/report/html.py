@@ -17,7 +17,8 @@ from pathlib import Path
 
 from testbed.report import data as rd
 from testbed.report import figures as rf
-from testbed.results.files import FABRIC_SUMMARY_FILE, REPORT_HTML_FILE, TELEMETRY_DIR
+from testbed.results.files import REPORT_HTML_FILE
+from testbed.results.summary import read_fabric_summary
 
 
 @dataclass
@@ -60,8 +61,8 @@ def write_html_report(run_dir: Path) -> Path:
     s = data.summary
     subtitle = (f"{s.get('duration_s', '?')} s of traffic; results folder {run_dir.name}"
                 if s else f"results folder {run_dir.name} (no summary.json: not a scenario run)")
-    verdict = s.get("fidelity") or rd.read_json(run_dir / TELEMETRY_DIR / FABRIC_SUMMARY_FILE).get(
-        "fidelity")  # a `testbed up` folder has the verdict beside its telemetry alone
+    # a `testbed up` folder has the verdict beside its telemetry alone
+    verdict = s.get("fidelity") or (read_fabric_summary(run_dir) or {}).get("fidelity")
     page = render_page(data.title, run_blocks(data), verdict, subtitle, str(run_dir))
     out = run_dir / REPORT_HTML_FILE
     out.write_text(page)
