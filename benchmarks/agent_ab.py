@@ -8,16 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def interleaved(variants: dict[str, dict], rates: list[float], rounds: int) -> list[dict]:
     """One run per variant per round at each rate; ``variants``: label -> agent settings."""
     from benchmarks.lossless import fabric_measures
-    from testbed.state import fabric_lock
+    from testbed.machine.state import fabric_lock
 
     runs = []
     for rate in rates:

@@ -12,7 +12,7 @@ scheduling, once as Python (the agents' own ``select.epoll`` and ``recv``) and o
 from C (when a C compiler is installed). The agents' wake-ups a second times a bare wake-up's
 CPU is the floor of an agent in that language, whatever else it did better.
 
-Run as root: sudo .venv/bin/python benchmarks/agent_floor.py [--runs 3]
+Run as root: sudo .venv/bin/python -m benchmarks.agent_floor [--runs 3]
 Writes agent_floor.json and agent_floor.md to benchmarks/out.
 """
 
@@ -28,8 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 #: The goal #12 sets the agents under this incast, as a fraction of a core.
 GOAL_CORES = 0.10
@@ -204,8 +202,8 @@ def main() -> None:
         saved = json.loads((args.out / f"{args.name}.json").read_text())
         (args.out / f"{args.name}.md").write_text(markdown(saved))
         return
-    from testbed.config import FabricConfig
-    from testbed.state import fabric_lock
+    from testbed.config.models import FabricConfig
+    from testbed.machine.state import fabric_lock
 
     rt = FabricConfig().agent.realtime_priority
     runs = []

@@ -2,18 +2,13 @@
 under a 4:1 incast on 2x4x2, with the agents SCHED_FIFO (``agent.realtime_priority`` = 10)
 and with nice alone (the default), interleaved (benchmarks/agent_ab.py).
 
-Run as root: sudo .venv/bin/python benchmarks/agent_priority.py [--rates 10,15] [--pairs 3]
+Run as root: sudo .venv/bin/python -m benchmarks.agent_priority [--rates 10,15] [--pairs 3]
 Writes agent_priority.json and agent_priority.md to benchmarks/out.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.agent_ab import main  # noqa: E402
+from benchmarks.agent_ab import main
 
 #: The real-time priority tried against none (any value above the hosts' and BMv2's, which
 #: run SCHED_OTHER, acts the same).

@@ -2,18 +2,13 @@
 (the default), and the one process real-time: the agents' CPU, idle and under a 4:1 incast on
 2x4x2, and the pause reaction, interleaved (benchmarks/agent_ab.py).
 
-Run as root: sudo .venv/bin/python benchmarks/agent_process.py [--rates 10] [--pairs 3]
+Run as root: sudo .venv/bin/python -m benchmarks.agent_process [--rates 10] [--pairs 3]
 Writes agent_process.json and agent_process.md to benchmarks/out.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.agent_ab import main  # noqa: E402
+from benchmarks.agent_ab import main
 
 VARIANTS = {"a process per switch": {"one_process": False, "realtime_priority": 0},
             "one process": {"one_process": True, "realtime_priority": 0},

@@ -4,7 +4,7 @@ A load keeps every host sending at once, as a collective does: a **permutation**
 to the host n/2 away, on another leaf: one step of a ring all-reduce that crosses the spines) or
 **all-to-all** (every host writes to every other, as an all-to-all collective or SONiC's
 8-rank all-to-all case does). Each runs as a scenario through `testbed run`'s own path
-(:func:`testbed.scenario_run.run_scenario`), PFC + ECN + DCQCN on class 3, every link at one
+(:func:`testbed.run.scenario_run.run_scenario`), PFC + ECN + DCQCN on class 3, every link at one
 rate, on a ladder of rates. A rate passes when ``--runs`` runs in a row are faithful (the run's
 own fidelity verdict: every check measured and passed); the ladder stops at the first rate
 that does not. For each run the table gives the aggregate goodput (the headline's, every
@@ -21,7 +21,7 @@ variants interleaved at each rate so that the machine's hour affects them alike:
   robin over the cores (os.sched_setaffinity, as `taskset -a` does), so that a packet's
   hand-offs between BMv2's threads (receive, ingress, egress, transmit) stay on one core.
 
-Run as root: sudo .venv/bin/python benchmarks/all_host.py [--shapes 2x4x2,2x4x4]
+Run as root: sudo .venv/bin/python -m benchmarks.all_host [--shapes 2x4x2,2x4x4]
 [--loads permutation,all-to-all] [--rates 2,3,5,7,10] [--runs 3] [--variants default,pinned]
 [--tag all_host]. Writes <tag>.json and <tag>.md to benchmarks/out (``--redraw FILE``: the
 table of a saved json, no runs).
@@ -170,7 +170,7 @@ def _passes(run_dir: Path, t0: float, t1: float) -> float | None:
     """Packets the switches' P4 programs took in between t0 and t1 (the run's clock): each
     switch's rx_port counter, summed over its ports, between its samples nearest the two
     instants, scaled to the window; summed over the switches."""
-    from testbed.results import run_p4_counters
+    from testbed.results.telemetry import run_p4_counters
 
     series: dict[str, dict[float, int]] = {}
     for row in run_p4_counters(run_dir):
@@ -189,9 +189,9 @@ def _passes(run_dir: Path, t0: float, t1: float) -> float | None:
 
 def run_once(shape_text: str, load: str, rate: float, variant: str, seconds: float,
              root: Path) -> Run:
-    from testbed.scenario import parse_scenario
-    from testbed.scenario_run import run_scenario
-    from testbed.state import fabric_lock
+    from testbed.machine.state import fabric_lock
+    from testbed.run.scenario import parse_scenario
+    from testbed.run.scenario_run import run_scenario
 
     sc = parse_scenario(scenario(parse_shape(shape_text), load, rate, seconds), "all_host")
     with fabric_lock():  # waits for a test or another run with a fabric up
@@ -357,7 +357,7 @@ def main() -> None:
     for v in variants:
         if v not in VARIANTS:
             ap.error(f"--variants: unknown {v!r}; one of {', '.join(VARIANTS)}")
-    data = {"command": "sudo .venv/bin/python " + shlex.join(sys.argv),
+    data = {"command": "sudo .venv/bin/python -m benchmarks.all_host " + shlex.join(sys.argv[1:]),
             "machine": f"{platform.processor() or platform.machine()}, "
                        f"{len(os.sched_getaffinity(0))} cores",
             "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

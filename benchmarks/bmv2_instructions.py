@@ -13,7 +13,7 @@ takes the difference of the two runs' totals over the difference of the packets 
 so that start-up, programming and teardown cancel out. Everything the process executes counts:
 its receive, pipeline and transmit threads, and the libraries they call (libc's malloc, GMP).
 
-Run as root (needs valgrind and p4c): sudo .venv/bin/python benchmarks/bmv2_instructions.py
+Run as root (needs valgrind and p4c): sudo .venv/bin/python -m benchmarks.bmv2_instructions
 Writes bmv2_instructions.json and .md to benchmarks/out. A measurement takes about a minute.
 """
 
@@ -28,9 +28,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.lossless import FRAME, program_dut  # noqa: E402
+from benchmarks.lossless import FRAME, program_dut
 
 #: The size of each packet sent (bytes on the wire, before the FCS).
 PACKET_BYTES = 512
@@ -90,7 +88,7 @@ def callgrind_total(path: Path) -> int:
 
 def _run(build: str, plain: bool, level: str, n: int) -> tuple[int, int]:
     """Forward n packets through one switch under callgrind: (forwarded, instructions)."""
-    from testbed import bmv2_build
+    from testbed.config import bmv2_build
     from tests.dataplane import bmv2_harness
 
     with tempfile.TemporaryDirectory(prefix="roce-callgrind-") as d:
@@ -147,7 +145,7 @@ def main() -> None:
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("needs valgrind: sudo apt-get install valgrind")
-    from testbed.bmv2_build import installed
+    from testbed.config.bmv2_build import installed
 
     found = installed()
     cases = []

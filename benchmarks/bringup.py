@@ -1,13 +1,13 @@
 """Bring-up time and memory per switch for several fabric shapes, and what a user waits for.
 
-Run as root: sudo .venv/bin/python benchmarks/bringup.py [--reps 3] [--out benchmarks/out]
+Run as root: sudo .venv/bin/python -m benchmarks.bringup [--reps 3] [--out benchmarks/out]
 [--tag bringup]
 Measures, per shape, the wall time from start to every switch programmed (median of the reps,
 with each step), the ping of every pair, the teardown, and the resident memory of each BMv2
 process once programmed; and the whole round trip of the command a user types,
 `testbed up --spines 2 --leaves 4 --hosts-per-leaf 2 --pingall` (up, programmed, every pair
 pinged, torn down), from command to exit. Writes TAG.json and TAG.md to the output folder.
-Each fabric holds the machine's fabric lock (testbed.state.fabric_lock).
+Each fabric holds the machine's fabric lock (testbed.machine.state.fabric_lock).
 """
 
 from __future__ import annotations
@@ -24,12 +24,10 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.config import FabricConfig  # noqa: E402
-from testbed.fabric import Fabric  # noqa: E402
-from testbed.state import fabric_lock  # noqa: E402
-from testbed.topology import build_topology  # noqa: E402
+from testbed.config.models import FabricConfig
+from testbed.machine.state import fabric_lock
+from testbed.run.bringup import Fabric
+from testbed.topology.graph import build_topology
 
 ROUND_TRIP = ["up", "--spines", "2", "--leaves", "4", "--hosts-per-leaf", "2", "--pingall"]
 

@@ -32,11 +32,11 @@ failure ``--steps`` times. It decides on the checks named by ``--decide`` (defau
 the phantom's drift included); with fewer, the table also gives the highest rate tried at which
 every trial passed every check, a lower bound of the capacity on all checks.
 
-Run as root: sudo .venv/bin/python benchmarks/capacity.py [--builds default,fast]
+Run as root: sudo .venv/bin/python -m benchmarks.capacity [--builds default,fast]
 [--realtime-priority 0] (the agents at nice alone; by default they run as agent.realtime_priority
 says, real-time).
 Writes capacity.json and capacity.md to benchmarks/out. Each trial holds the machine's fabric
-lock (testbed.state.fabric_lock), so it waits for any test that has a fabric up.
+lock (testbed.machine.state.fabric_lock), so it waits for any test that has a fabric up.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -53,7 +52,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def _incast(senders: list[str], to: str = "h1") -> list[tuple[str, str]]:
     return [(s, to) for s in senders]
@@ -71,7 +69,8 @@ def _all_to_all(hosts: int) -> list[tuple[str, str]]:
 SHAPES = {"4:1 on 2x3x2": ((2, 3, 2), _incast(["h3", "h4", "h5", "h6"])),
           "6:1 on 2x4x2": ((2, 4, 2), _incast(["h3", "h4", "h5", "h6", "h7", "h8"])),
           "all-to-all on 2x4x2": ((2, 4, 2), _all_to_all(8))}
-#: Interface MTU -> the RoCE path MTU the hosts use (testbed.endpoints derives it the same way).
+#: Interface MTU -> the RoCE path MTU the hosts use (testbed.fabric.endpoints derives it the same
+#: way).
 FRAMES = {9000: "4 KB frames", 1500: "1 KB frames"}
 UTILIZATION_MIN = 0.8
 CHECKS = ("delivered", "lossless_drops", "hidden_loss", "pfc_sent", "drift_p99", "reaction_p99",
@@ -122,7 +121,7 @@ def _agent(realtime: int | None) -> dict:
 def _cfg(shape: tuple[int, int, int], rate: float, mtu: int, build: str, name: str,
          realtime: int | None = None):
     """``realtime``: the agents' agent.realtime_priority (None: the product's default)."""
-    from testbed.config import FabricConfig
+    from testbed.config.models import FabricConfig
 
     return FabricConfig.model_validate({
         "name": name,
@@ -137,7 +136,7 @@ def _cfg(shape: tuple[int, int, int], rate: float, mtu: int, build: str, name: s
 def run_trial(shape_name: str, rate: float, mtu: int, build: str, incast_s: float,
               tmp: Path, realtime: int | None = None) -> Trial:
     """One load; every check the incast test makes, and the costs beside."""
-    from testbed.state import fabric_lock
+    from testbed.machine.state import fabric_lock
 
     shape, pairs = SHAPES[shape_name]
     cfg = _cfg(shape, rate, mtu, build, "capacity", realtime)
@@ -148,10 +147,10 @@ def run_trial(shape_name: str, rate: float, mtu: int, build: str, incast_s: floa
 def _load(cfg, pairs: list[tuple[str, str]], rate: float, incast_s: float, tmp: Path) -> Trial:
     import psutil
 
-    from testbed.calibrate import cpu_seconds
-    from testbed.fabric import Fabric
-    from testbed.measure import fabric_counters
-    from testbed.topology import build_topology
+    from testbed.fabric.measure import fabric_counters
+    from testbed.run.bringup import Fabric
+    from testbed.run.calibrate import cpu_seconds
+    from testbed.topology.graph import build_topology
     from traffic.flows import FlowRunner, FlowSpec
 
     topo = build_topology(cfg)
@@ -192,10 +191,10 @@ def judge(cfg, run_dir: Path, qps: list[dict], counters, done: bool, per_qp: int
           m: dict) -> Trial:
     """``qps``: each QP's receive statistics, from its receiver's endpoint; ``m["fan"]``: the
     QPs on the busiest host link (the incast's receiver; a sender of all-to-all)."""
-    from testbed.analysis import pause_reactions_us
-    from testbed.measure import hidden_loss, kernel_drops
-    from testbed.qos import roce_frame_bytes
-    from testbed.results import run_telemetry
+    from testbed.analysis.deadlock import pause_reactions_us
+    from testbed.fabric.measure import hidden_loss, kernel_drops
+    from testbed.results.telemetry import run_telemetry
+    from testbed.topology.qos import roce_frame_bytes
 
     bad_qps = [q for q in qps if q.get("bytes") != per_qp or q.get("corrupt") or
                q.get("out_of_order") or q.get("naks_sent") or q.get("duplicates")]
@@ -278,7 +277,7 @@ def _costs(build: str, instructions: bool = True, realtime: int | None = None) -
     third from run to run on this machine; None without valgrind or with ``instructions``
     False), and the agents' CPU."""
     from benchmarks.lossless import fabric_measures, forwarding_pps
-    from testbed.state import fabric_lock
+    from testbed.machine.state import fabric_lock
 
     with fabric_lock():
         full, plain = forwarding_pps(False, build=build), forwarding_pps(True, build=build)
@@ -444,7 +443,7 @@ def main() -> None:
         (args.out / f"{args.tag}.md").write_text(md)
         print(md)
         return
-    from testbed.run import interrupt_on_sigterm
+    from testbed.run.lifecycle import interrupt_on_sigterm
 
     interrupt_on_sigterm()  # a stopped benchmark tears its fabric down, as Ctrl-C does
     builds = args.builds.split(",")

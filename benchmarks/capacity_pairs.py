@@ -7,7 +7,7 @@ machine at the same hour, the order alternating pair by pair.
 Why: the capacity of one setting moved by a step between runs an hour apart on this machine
 (docs/PERFORMANCE.md), so a setting is judged against another in the same run.
 
-Run as root: sudo .venv/bin/python benchmarks/capacity_pairs.py [--shape "6:1 on 2x4x2"]
+Run as root: sudo .venv/bin/python -m benchmarks.capacity_pairs [--shape "6:1 on 2x4x2"]
 [--rate 40] [--build default] [--pairs 8]. Compares the agents real-time (SCHED_FIFO 10, the
 default) and at nice alone. Writes capacity_pairs.json and capacity_pairs.md to benchmarks/out.
 """
@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.capacity import FRAMES, run_trial  # noqa: E402
+from benchmarks.capacity import FRAMES, run_trial
 
 #: label -> agent.realtime_priority
 VARIANTS = {"SCHED_FIFO 10": 10, "nice alone": 0}
@@ -62,7 +59,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     ap.add_argument("--tag", default="capacity_pairs", help="output file name")
     args = ap.parse_args()
-    from testbed.run import interrupt_on_sigterm
+    from testbed.run.lifecycle import interrupt_on_sigterm
 
     interrupt_on_sigterm()  # a stopped benchmark tears its fabric down, as Ctrl-C does
     args.out.mkdir(parents=True, exist_ok=True)

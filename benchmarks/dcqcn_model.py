@@ -3,7 +3,7 @@ points of traffic/dcqcn.py (each profile scaled to the link, as the endpoints ru
 ideal bottleneck, with no switch, agent or kernel in the way. It says what a fabric run can
 show at best, and so how long the dcqcn-fairness scenarios must run.
 
-Run: .venv/bin/python benchmarks/dcqcn_model.py [--seconds 120] [--seeds 3] [--out benchmarks/out]
+Run: .venv/bin/python -m benchmarks.dcqcn_model [--seconds 120] [--seeds 3] [--out benchmarks/out]
 
 The model: three senders join a link of the default rate (10 Mbit/s) 0, 1 and 2 s apart (as
 in the scenarios), each sending 4 KB frames at its current rate RC; a FIFO drains at the link
@@ -20,15 +20,12 @@ import argparse
 import heapq
 import json
 import random
-import sys
 from collections import deque
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.config import DEFAULT_LINK_MBPS, EcnProfile  # noqa: E402
-from testbed.phenomena import jain_index  # noqa: E402
-from traffic.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint  # noqa: E402
+from testbed.analysis.phenomena import jain_index
+from testbed.config.models import DEFAULT_LINK_MBPS, EcnProfile
+from traffic.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 
 LINE_BPS = DEFAULT_LINK_MBPS * 1e6
 FRAME = 4096 + 78  # payload and RoCEv2 headers, as the endpoints send

@@ -3,11 +3,11 @@
 The SONiC RoCEv2 test plan expects "few or no PFC" on a long incast once DCQCN has converged:
 ECN marks and CNPs do the work, PFC is the backstop. This runs the same long 4:1 incast (2x3x2
 fabric, four senders on other leaves into h1) twice, with PFC only and with ECN + DCQCN (the
-defaults of testbed/config.py and traffic/dcqcn.py), and reports for the second half of each
+defaults of testbed/config/models.py and traffic/dcqcn.py), and reports for the second half of each
 run: PFC frames sent per second by all switches, ECN marks per second, CNPs the senders got,
 and the receiver's goodput.
 
-Run as root: sudo .venv/bin/python benchmarks/dcqcn_steady.py [--seconds 30]
+Run as root: sudo .venv/bin/python -m benchmarks.dcqcn_steady [--seconds 30]
 Writes dcqcn_steady.json and dcqcn_steady.md to benchmarks/out.
 """
 
@@ -16,15 +16,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.scenario import parse_scenario  # noqa: E402
-from testbed.scenario_run import run_scenario  # noqa: E402
+from testbed.run.scenario import parse_scenario
+from testbed.run.scenario_run import run_scenario
 
 OUT = Path(__file__).resolve().parent / "out"
 SENDERS = ["h3", "h4", "h5", "h6"]

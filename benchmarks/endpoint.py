@@ -6,7 +6,7 @@ same loop while a bare Python receiver (a packet socket and a held UDP 4791, as 
 drains the peer, and how many frames per second that receiver takes: the kernel's work for a
 listening peer falls on the sender's core, and the endpoint's peer must receive what it sends.
 
-Run as root: sudo .venv/bin/python benchmarks/endpoint.py [--out benchmarks/out]
+Run as root: sudo .venv/bin/python -m benchmarks.endpoint [--out benchmarks/out]
 Writes endpoint.json and endpoint.md.
 """
 
@@ -23,10 +23,8 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.hostpair import IPS, MACS, host_pair  # noqa: E402
-from traffic.packets import WRITE_MIDDLE, RoceFrameBuilder  # noqa: E402
+from tests.hostpair import IPS, MACS, host_pair
+from traffic.packets import WRITE_MIDDLE, RoceFrameBuilder
 
 PAYLOAD = 4096
 

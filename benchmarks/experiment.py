@@ -1,7 +1,7 @@
 """How long an experiment takes from the user's command to its exit, and whether a sweep of 8
 points with 3 repeats fits in half an hour.
 
-Run as root: sudo .venv/bin/python benchmarks/experiment.py [--reps 3] [--sweep]
+Run as root: sudo .venv/bin/python -m benchmarks.experiment [--reps 3] [--sweep]
                                                             [--out benchmarks/out]
 
 * ``sudo testbed run scenarios/incast-pfc.yaml``, ``--reps`` times: the whole command (fabric
@@ -13,7 +13,7 @@ Run as root: sudo .venv/bin/python benchmarks/experiment.py [--reps 3] [--sweep]
   (``qos.ecn.3.kmin_bytes``) with ``--repeat 3``, 24 runs, from command to exit.
 
 Writes experiment.json and experiment.md to the output folder. Each command holds the machine's
-fabric lock (testbed.state.fabric_lock) while it runs.
+fabric lock (testbed.machine.state.fabric_lock) while it runs.
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.state import fabric_lock  # noqa: E402
+from testbed.machine.state import fabric_lock
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = REPO / "scenarios" / "incast-pfc.yaml"

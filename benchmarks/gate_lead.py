@@ -1,6 +1,6 @@
 """How far a kernel port gets ahead of the P4 phantom at each pause: the bytes a lossless class
 sends, over a run of pauses, beyond its link rate over the time it was not paused and the gate
-leak the phantom already drains as a pause begins (``testbed.qos.gate_leak_roce_bytes``).
+leak the phantom already drains as a pause begins (``testbed.topology.qos.gate_leak_roce_bytes``).
 
 Why: the phantom drains at the link rate while the class is not paused, and a resync sets it
 to the real occupancy every resync period. A port that sends more than that after a pause makes
@@ -8,16 +8,16 @@ the phantom stand above the real queue until the next resync, by the excess time
 since: the positive drift that decides the fabric's capacity with 1 KB frames
 (``benchmarks/capacity.py``'s ``drift_p99``: 10 of the largest 1 KB RoCE frames, 11 KB). The
 suspect is htb: while the class's gate is closed its buckets fill
-(``testbed.ports.HTB_BURST_BYTES``), and at the reopening the class sends what they hold at
+(``testbed.machine.ports.HTB_BURST_BYTES``), and at the reopening the class sends what they hold at
 once, then a frame whenever its tokens are not negative, so up to a frame more than the link
 rate would have.
 
-The port is the product's (``testbed.ports``: htb, a tbf gate per class), on a veth in a fresh
-namespace, with a backlog of full-size RoCE data frames (a write's middle packets, as the
+The port is the product's (``testbed.machine.ports``: htb, a tbf gate per class), on a veth in a
+fresh namespace, with a backlog of full-size RoCE data frames (a write's middle packets, as the
 capacity benchmark's flows send) in class 3; the gate is opened and closed ``--cycles`` times
 and the class's sent bytes are read from the kernel.
 
-Run as root: sudo .venv/bin/python benchmarks/gate_lead.py [--reps 3]
+Run as root: sudo .venv/bin/python -m benchmarks.gate_lead [--reps 3]
 Writes gate_lead.json and gate_lead.md to benchmarks/out.
 """
 
@@ -27,17 +27,14 @@ import argparse
 import json
 import socket
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.netns import inside  # noqa: E402
-from testbed.ports import HTB_BURST_BYTES  # noqa: E402
-from testbed.qos import gate_leak_roce_bytes, roce_mtu  # noqa: E402
-from tests.portrig import port  # noqa: E402
-from traffic.packets import WRITE_MIDDLE, RoceFrameBuilder  # noqa: E402
+from testbed.machine.netns import inside
+from testbed.machine.ports import HTB_BURST_BYTES
+from testbed.topology.qos import gate_leak_roce_bytes, roce_mtu
+from tests.portrig import port
+from traffic.packets import WRITE_MIDDLE, RoceFrameBuilder
 
 TC = 3  # the class RoCE's DSCP maps to (tests.portrig.DSCP_TO_TC, as by default)
 #: (link Mbit/s, interface MTU): 1 KB and 4 KB RoCE frames at the rates capacity.py tries.

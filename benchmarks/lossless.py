@@ -7,7 +7,7 @@
    median and 99th percentile, from a 4:1 incast;
 3. the agents' CPU for a 2x4x2 fabric, at idle and under that incast.
 
-Run as root (needs p4c for step 1): sudo .venv/bin/python benchmarks/lossless.py
+Run as root (needs p4c for step 1): sudo .venv/bin/python -m benchmarks.lossless
 Writes lossless.json and lossless.md to benchmarks/out.
 """
 
@@ -27,15 +27,13 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.analysis import pause_reactions_us  # noqa: E402
-from testbed.config import FabricConfig  # noqa: E402
-from testbed.entries import P4_DIR, build_switch_program, lossless_entries  # noqa: E402
-from testbed.fabric import Fabric  # noqa: E402
-from testbed.topology import NextHop, Port, Route, Switch, build_topology  # noqa: E402
-from tests.dataplane import bmv2_harness  # noqa: E402
-from traffic.flows import FlowRunner, FlowSpec  # noqa: E402
+from testbed.analysis.deadlock import pause_reactions_us
+from testbed.config.models import FabricConfig
+from testbed.control.entries import P4_DIR, build_switch_program, lossless_entries
+from testbed.run.bringup import Fabric
+from testbed.topology.graph import NextHop, Port, Route, Switch, build_topology
+from tests.dataplane import bmv2_harness
+from traffic.flows import FlowRunner, FlowSpec
 
 #: The start of a sender script run inside the harness's namespace (argv: packets, size):
 #: a socket on ptf1 to send, one on ptf2 to count what the switch forwarded, and ``f``, a

@@ -6,7 +6,7 @@ resyncs (phantom minus the occupancy found), the bytes BMv2 held that the kernel
 yet, BMv2's longest hold of a packet, and the fidelity guard's verdict. Figures over all cases:
 medians and 99th percentiles over every sample of a busy lossless queue.
 
-Run as root: sudo .venv/bin/python benchmarks/lossless_sweep.py [--seeds 1001-1024] [--tag after]
+Run as root: sudo .venv/bin/python -m benchmarks.lossless_sweep [--seeds 1001-1024] [--tag after]
 Writes lossless_sweep-<tag>.json and .md to benchmarks/out.
 """
 
@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from testbed.results import run_telemetry  # noqa: E402
-from tests.lossless_cases import lossless_failures, make_case, run_case  # noqa: E402
+from testbed.results.telemetry import run_telemetry
+from tests.lossless_cases import lossless_failures, make_case, run_case
 
 OUT = Path(__file__).resolve().parent / "out"
 

@@ -1,11 +1,11 @@
 """Which link rate a shipped scenario still runs faithfully at: each scenario of ``--scenarios``
 runs ``--runs`` times at each rate of ``--rates`` (every link set to it, nothing else changed),
-interleaved, and the fidelity guard's verdict (testbed.fidelity) is counted. The capacity
+interleaved, and the fidelity guard's verdict (testbed.analysis.fidelity) is counted. The capacity
 benchmark's incasts carry one link's worth of packets however many senders they have; the
 scenarios that load every link at once (the deadlock runs: four hosts sending to each other
 over 32 QPs) are what hold the default link rate (docs/PERFORMANCE.md).
 
-Run as root: sudo .venv/bin/python benchmarks/scenario_rates.py [--scenarios deadlock-control]
+Run as root: sudo .venv/bin/python -m benchmarks.scenario_rates [--scenarios deadlock-control]
 [--rates 10,15] [--runs 3] [--realtime 10,0] (the agents' agent.realtime_priority, each value a
 variant, interleaved; default: the scenario's own) [--tag scenario_rates]. Writes TAG.json and
 TAG.md to benchmarks/out.
@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
+from testbed.machine.state import fabric_lock
+from testbed.run.scenario import parse_scenario
+from testbed.run.scenario_run import run_scenario
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from testbed.scenario import parse_scenario  # noqa: E402
-from testbed.scenario_run import run_scenario  # noqa: E402
-from testbed.state import fabric_lock  # noqa: E402
-
-#: Figures of the fidelity guard's failed checks (testbed.fidelity.checks, by name), scaled
+#: Figures of the fidelity guard's failed checks (testbed.analysis.fidelity.checks, by name), scaled
 #: from its units (us, bytes) to the table's (ms, KB).
 FIGURES = {"bmv2_lag_ms": ("bmv2_lag", 1e-3), "phantom_below_kb": ("phantom_below", 1e-3),
            "agent_reaction_ms": ("agent_reaction", 1e-3)}
@@ -108,8 +106,8 @@ def markdown(runs: list[dict]) -> str:
                 lines.append(f"| {name} | {rate:g} Mbit/s |{who} {sum(r['faithful'] for r in rs)}"
                              f" of {len(rs)} | {span(rs, 'bmv2_lag_ms')} | "
                              f"{span(rs, 'phantom_below_kb')} | {span(rs, 'agent_reaction_ms')} |")
-    return ("Each run's fidelity verdict (testbed.fidelity); the figures are those the guard "
-            "quotes when it flags a run (the limits: fidelity.bmv2_lag_ms, the headroom, "
+    return ("Each run's fidelity verdict (testbed.analysis.fidelity); the figures are those "
+            "the guard quotes when it flags a run (the limits: fidelity.bmv2_lag_ms, the headroom, "
             "qos.pfc.reaction_ms).\n\n" + "\n".join(lines) + "\n")
 
 

@@ -13,8 +13,8 @@ A picture is drawn only from runs the fidelity guard called faithful (their summ
 that names it and says why, no picture nor figures are written for it, and the command exits
 with status 1 once the other pictures are drawn.
 
-The figures come from testbed.phenomena and testbed.headline_series, the same readers the
-tests and the reports use. Takes the machine-wide fabric lock around each run.
+The figures come from testbed.analysis.phenomena and testbed.analysis.headline_series, the same
+readers the tests and the reports use. Takes the machine-wide fabric lock around each run.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from testbed.headline_series import flow_goodput, run_pfc_frames, run_start  # noqa: E402
-from testbed.phenomena import (  # noqa: E402
+from testbed.analysis.headline_series import flow_goodput, run_pfc_frames, run_start  # noqa: E402
+from testbed.analysis.phenomena import (  # noqa: E402
     delivered_bytes,
     flow_goodput_bps,
     imbalance,
@@ -42,9 +42,9 @@ from testbed.phenomena import (  # noqa: E402
     pfc_frames_sent,
     retransmitted,
 )
-from testbed.scenario import parse_scenario  # noqa: E402
-from testbed.scenario_run import run_scenario  # noqa: E402
-from testbed.state import fabric_lock  # noqa: E402
+from testbed.machine.state import fabric_lock  # noqa: E402
+from testbed.run.scenario import parse_scenario  # noqa: E402
+from testbed.run.scenario_run import run_scenario  # noqa: E402
 
 OUT = REPO / "docs" / "phenomena"
 Run = tuple[dict, Path]  # summary, results folder

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.state import fabric_lock
+from testbed.machine.state import fabric_lock
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Held around setup, call and teardown, so a module fixture's fabric is covered too."""
     if not (item.get_closest_marker("bmv2") or item.get_closest_marker("root")) or (
-            os.geteuid() != 0):  # skipped without root; the lock is root's (testbed.state)
+            os.geteuid() != 0):  # skipped without root; the lock is root's (testbed.machine.state)
         yield
         return
     with fabric_lock():  # one fabric at a time: their names are machine-wide

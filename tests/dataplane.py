@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import bmv2_build
-from testbed.bmv2 import Bmv2Options, Bmv2Process
-from testbed.bmv2_build import BuildChoice
-from testbed.control import SwitchSession
-from testbed.entries import EntryBuilder, load_p4info
+from testbed.config import bmv2_build
+from testbed.config.bmv2_build import BuildChoice
+from testbed.control.entries import EntryBuilder, load_p4info
+from testbed.control.p4runtime import SwitchSession
+from testbed.fabric.bmv2 import Bmv2Options, Bmv2Process
 
 
 def sh(*args: str) -> str:

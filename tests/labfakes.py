@@ -9,8 +9,8 @@ import csv
 import json
 from pathlib import Path
 
-from testbed.results import EventRow, TelemetryRow, events_writer, telemetry_writer
-from testbed.scenario import parse_scenario
+from testbed.results.telemetry import EventRow, TelemetryRow, events_writer, telemetry_writer
+from testbed.run.scenario import parse_scenario
 from traffic.endpoint_telemetry import QP_COLUMNS
 
 #: A 2x2x2 fabric: h1, h2 on leaf1; h3, h4 on leaf2; leaf uplinks are ports 3 and 4.

@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.config import FabricConfig
-from testbed.constants import DROP_PFC_CONSUMED
-from testbed.fidelity import verdict_problem
-from testbed.measure import fabric_counters, hidden_loss, kernel_drops
-from testbed.topology import build_topology
+from testbed.analysis.fidelity import verdict_problem
+from testbed.config.constants import DROP_PFC_CONSUMED
+from testbed.config.models import FabricConfig
+from testbed.fabric.measure import fabric_counters, hidden_loss, kernel_drops
+from testbed.topology.graph import build_topology
 from traffic.flows import FlowRunner, FlowSpec
 
 #: Bytes each case pushes into its receiver: about 1.3 s of a 10 Mbit/s link, enough for every
@@ -88,7 +88,7 @@ def run_case(case: IncastCase, tmp: Path, timeout_s: float = 120) -> dict:
     the receiver's QPs, the switches' kernel queues and P4 counters, the fidelity verdict."""
     import json
 
-    from testbed.fabric import Fabric
+    from testbed.run.bringup import Fabric
 
     cfg = case.config()
     topo = build_topology(cfg)

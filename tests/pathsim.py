@@ -19,8 +19,8 @@ import struct
 import sys
 import time
 
-from testbed.constants import ETH_P_ALL, ETH_P_IP, IP_PROTO_UDP, PACKET_OUTGOING, ROCEV2_UDP_PORT
 from traffic.packets import DATA_OPCODES, ipv4_checksum
+from traffic.wire import ETH_P_ALL, ETH_P_IP, IP_PROTO_UDP, PACKET_OUTGOING, ROCEV2_UDP_PORT
 
 
 def is_roce_data(f: bytes) -> bool:

@@ -1,5 +1,5 @@
-"""One switch egress port as the product builds it (testbed.ports: htb, a tbf gate per class)
-on a veth pair ``pa`` -> ``pb`` in a namespace of its own, for the port tests and for
+"""One switch egress port as the product builds it (testbed.machine.ports: htb, a tbf gate per
+class) on a veth pair ``pa`` -> ``pb`` in a namespace of its own, for the port tests and for
 benchmarks/gate_lead.py.
 
     with port(10.0) as (ns, gates):
@@ -15,8 +15,8 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 
-from testbed.ports import PortGates, PortSpec, scheduler_commands
-from testbed.qos import max_frame_bytes
+from testbed.machine.ports import PortGates, PortSpec, scheduler_commands
+from testbed.topology.qos import max_frame_bytes
 
 #: RoCE's DSCP to class 3, and DSCP 48 to class 6 (another class that must not be paused).
 DSCP_TO_TC = ((26, 3), (48, 6))

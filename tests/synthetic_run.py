@@ -23,9 +23,9 @@ import csv
 import json
 from pathlib import Path
 
-from testbed.config import FabricConfig
-from testbed.results import TelemetryRow, telemetry_writer
-from testbed.topology import build_topology
+from testbed.config.models import FabricConfig
+from testbed.results.telemetry import TelemetryRow, telemetry_writer
+from testbed.topology.graph import build_topology
 from traffic.endpoint_telemetry import MESSAGE_COLUMNS, QP_COLUMNS
 from traffic.flows import FlowSpec, assign_qps
 

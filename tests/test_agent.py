@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from testbed.agent import AgentConfig, AgentPort, agent_config, tick_frame
-from testbed.config import QosConfig
-from testbed.constants import ETH_P_TICK, PFC_QUANTUM_BITS, gate_major
-from testbed.ports import PortSpec, scheduler_commands
-from testbed.results import (
+from testbed.config.constants import ETH_P_TICK, gate_major
+from testbed.config.models import QosConfig
+from testbed.machine.ports import PortSpec, scheduler_commands
+from testbed.results.telemetry import (
     EventRow,
     events_path,
     pfcwd_path,
@@ -27,6 +27,7 @@ from testbed.results import (
     telemetry_path,
 )
 from traffic.packets import pfc_frame
+from traffic.wire import PFC_QUANTUM_BITS
 
 pytestmark = pytest.mark.root
 RATE = 10.0
@@ -222,7 +223,7 @@ DETECT, RESTORE, POLL = 0.4, 0.6, 0.1
 
 
 def watchdog_ns(tmp_path: Path, action: str):
-    from testbed.config import PfcWatchdogConfig
+    from testbed.config.models import PfcWatchdogConfig
 
     wd = PfcWatchdogConfig(enabled=True, detection_time_ms=int(DETECT * 1000),
                            restoration_time_ms=int(RESTORE * 1000),
@@ -374,12 +375,12 @@ def test_the_pfc_socket_sees_its_own_port_both_ways_and_pfc_alone() -> None:
 
 
 def test_a_socket_opened_inside_a_namespace_works_from_outside() -> None:
-    """What one agent process for every switch rests on: testbed.netns.inside opens a
+    """What one agent process for every switch rests on: testbed.machine.netns.inside opens a
     switch's socket in its namespace and returns the thread home; the socket keeps its port."""
     import os
     import socket
 
-    from testbed.netns import inside
+    from testbed.machine.netns import inside
 
     ns = f"rtn{uuid.uuid4().hex[:6]}"
     subprocess.run(["ip", "netns", "add", ns], check=True)

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 from testbed.agent.frames import TICK_BODY
 from testbed.agent.telemetry import TelemetryMixin
-from testbed.constants import PFC_QUANTUM_BITS, TICK_TIMER_ONLY
+from testbed.config.constants import TICK_TIMER_ONLY
+from traffic.wire import PFC_QUANTUM_BITS
 
 RATE = 10.0
 QUANTUM_S = PFC_QUANTUM_BITS / (RATE * 1e6)
@@ -94,8 +95,8 @@ def test_an_xoff_that_names_its_queue_makes_that_queue_alone_hot() -> None:
     bytes, p4/headers.p4's pfc_cause_h): the agent ticks that queue, not every port's queue of
     the class; a frame that names no queue of ours falls back to every port."""
     from testbed.agent.frames import pfc_cause
-    from testbed.constants import NUM_TCS
     from traffic.packets import pfc_frame
+    from traffic.wire import NUM_TCS
 
     frame = pfc_frame("02:00:00:00:00:01", {3: 100})
     named = frame[:34] + (2 * NUM_TCS + 3).to_bytes(2, "big") + frame[36:]

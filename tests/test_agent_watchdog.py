@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from testbed.agent.pfcwd import PfcWatchdog, StormRestored
 from testbed.agent.watchdog import WatchdogMixin
-from testbed.config import PfcWatchdogConfig
-from testbed.pfcwd import PfcWatchdog, StormRestored
-from testbed.ports import ClassStats
+from testbed.config.models import PfcWatchdogConfig
+from testbed.machine.ports import ClassStats
 
 
 class Gates:

@@ -3,16 +3,10 @@ per rate and the table."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-import all_host  # noqa: E402
-
-from testbed.scenario import parse_scenario  # noqa: E402
+from benchmarks import all_host
+from testbed.run.scenario import parse_scenario
 
 
 def test_the_permutation_sends_every_host_to_the_host_half_the_fabric_away() -> None:

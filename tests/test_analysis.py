@@ -1,4 +1,4 @@
-"""What a run's telemetry says about deadlock and the PFC watchdog (testbed.analysis), on
+"""What a run's telemetry says about deadlock and the PFC watchdog (testbed.analysis.deadlock), on
 series and events written here: pure data, no root needed.
 
 The results folders are written with the agent's own column lists, so a renamed or reordered
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.analysis import (
+from testbed.analysis.deadlock import (
     Detection,
     StuckQueue,
     deadlock_summary,
@@ -21,7 +21,13 @@ from testbed.analysis import (
     stuck_queues,
     telemetry_summary,
 )
-from testbed.results import EVENT_COLUMNS, TELEMETRY_COLUMNS, EventRow, QueueId, TelemetryRow
+from testbed.results.telemetry import (
+    EVENT_COLUMNS,
+    TELEMETRY_COLUMNS,
+    EventRow,
+    QueueId,
+    TelemetryRow,
+)
 
 Q: QueueId = ("leaf1", 3, 3)
 

@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-import capacity  # noqa: E402
-import gate_lead  # noqa: E402
+from benchmarks import capacity, gate_lead
 
 
 def test_search_doubles_while_it_passes_then_bisects() -> None:
@@ -55,7 +52,7 @@ def test_the_table_puts_the_earlier_runs_capacity_on_every_check_beside_this_one
 
 
 def test_scenario_rates_counts_faithful_runs_and_spans_the_guards_figures() -> None:
-    import scenario_rates
+    from benchmarks import scenario_rates
 
     def run(name: str, rate: float, ok: bool, lag: int | None) -> dict:
         return {"scenario": name, "rate_mbps": rate, "faithful": ok, "bmv2_lag_ms": lag,
@@ -71,7 +68,7 @@ def test_scenario_rates_counts_faithful_runs_and_spans_the_guards_figures() -> N
 
 
 def test_scenario_rates_gives_each_agent_scheduling_its_row_when_it_was_varied() -> None:
-    import scenario_rates
+    from benchmarks import scenario_rates
 
     def run(rt: int, ok: bool, reaction: int | None) -> dict:
         return {"scenario": "dl", "rate_mbps": 20.0, "realtime": rt, "faithful": ok,
@@ -86,7 +83,7 @@ def test_scenario_rates_gives_each_agent_scheduling_its_row_when_it_was_varied()
 
 
 def test_agent_ab_table_gives_each_variants_medians_and_ranges() -> None:
-    import agent_ab
+    from benchmarks import agent_ab
 
     def run(label: str, p99: float, cpu: float) -> dict:
         return {"rate_mbps": 10.0, "agents": label, "pause_reaction_us_median": 200.0,
@@ -105,7 +102,7 @@ def test_agent_ab_table_gives_each_variants_medians_and_ranges() -> None:
 def test_bmv2_instructions_per_packet_and_table() -> None:
     """The large run's extra instructions over its extra packets; a run that forwarded no
     more is an error, not a division by zero; the table gives plain / full per build."""
-    import bmv2_instructions as bi
+    from benchmarks import bmv2_instructions as bi
 
     assert bi.per_packet((100, 400), (1_000_000, 4_000_000)) == 10_000
     with pytest.raises(ValueError, match="no more packets"):
@@ -119,7 +116,7 @@ def test_bmv2_instructions_per_packet_and_table() -> None:
 
 
 def test_callgrind_total_reads_the_summary(tmp_path: Path) -> None:
-    import bmv2_instructions as bi
+    from benchmarks import bmv2_instructions as bi
 
     f = tmp_path / "cg.out"
     f.write_text("version: 1\ncreator: callgrind\nevents: Ir\nfn=main\n1 5\nsummary: 12345\n")
@@ -169,7 +166,7 @@ def test_the_table_says_which_passing_trials_the_fidelity_guard_flagged() -> Non
 
 
 def test_capacity_pairs_counts_each_settings_passes_and_flags() -> None:
-    import capacity_pairs
+    from benchmarks import capacity_pairs
 
     def trial(agents: str, passed: bool, ok: bool, p99_us: int, cpu: float) -> dict:
         return {"agents": agents, "passed": passed, "failed": [] if passed else ["drift_p99"],
@@ -194,7 +191,7 @@ def _floor_run(wakeups: list[float], cores: list[float], bare: dict[str, float])
 
 
 def test_agent_floor_is_the_agents_wakeups_times_a_bare_wakeup() -> None:
-    import agent_floor
+    from benchmarks import agent_floor
 
     run = _floor_run([200, 300], [0.04, 0.06], {"Python": 50.0, "C": 20.0})
     t = agent_floor.totals(run)
@@ -214,7 +211,7 @@ def test_the_bare_loops_read_every_datagram_they_are_sent(tmp_path: Path) -> Non
     """The bare loops the floor is measured with: each wake-up reads what came, so the loop
     counts every datagram sent, and reports its CPU and wake-ups; the C loop where a compiler
     is installed (without one the benchmark leaves its column empty, as here)."""
-    import agent_floor
+    from benchmarks import agent_floor
 
     loops = {"Python": [sys.executable, "-c", agent_floor.PY_LOOP]}
     c_loop = agent_floor.build_c_loop(tmp_path)

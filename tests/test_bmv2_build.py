@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.bmv2 import Bmv2Options
-from testbed.bmv2_build import BuildError, select
-from testbed.config import ConfigError
-from testbed.validate import parse_config
+from testbed.config.bmv2_build import BuildError, select
+from testbed.config.models import ConfigError
+from testbed.fabric.bmv2 import Bmv2Options
+from testbed.topology.validate import parse_config
 
 BOTH = {"fast": "/opt/bmv2-fast/bin/simple_switch_grpc",
         "default": "/usr/local/bin/simple_switch_grpc"}

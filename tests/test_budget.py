@@ -16,13 +16,20 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from testbed import calibration_store
-from testbed.budget import BuildCost, Profile, auto_rate, budget_line, judge, time_scale
-from testbed.calibration_store import ProfileError, read_profile, write_profile
-from testbed.config import ConfigError
-from testbed.run_budget import over_budget_warning, scenario_load, scenario_verdict
-from testbed.scenario import load_scenario, parse_scenario
-from testbed.validate import parse_config
+from testbed.budget import calibration_store
+from testbed.budget.calibration_store import ProfileError, read_profile, write_profile
+from testbed.budget.cores import (
+    BuildCost,
+    Profile,
+    auto_rate,
+    budget_line,
+    judge,
+    time_scale,
+)
+from testbed.budget.scenario import over_budget_warning, scenario_load, scenario_verdict
+from testbed.config.models import ConfigError
+from testbed.run.scenario import load_scenario, parse_scenario
+from testbed.topology.validate import parse_config
 
 REPO = Path(__file__).resolve().parent.parent
 INCAST = REPO / "scenarios" / "incast.yaml"
@@ -102,7 +109,7 @@ def test_auto_rate_is_the_highest_that_fits() -> None:
     src = load_scenario(INCAST)
 
     def fits(r: float) -> bool:
-        from testbed.run_budget import rated_topology, with_rates
+        from testbed.budget.scenario import rated_topology, with_rates
 
         cfg = with_rates(src.cfg, r, r)
         return scenario_verdict(cfg, rated_topology(cfg, src.topo), src.extras,
@@ -115,8 +122,8 @@ def test_auto_rate_is_the_highest_that_fits() -> None:
 def test_auto_stays_where_the_qos_is_valid(stored: Path) -> None:
     """incast.yaml's PFC headroom grows with the rate: past about 40 Mbit/s xoff plus headroom
     outgrow its 200 KB buffer, so auto stops below that even where the CPU would afford more."""
-    from testbed.qos import check_qos
-    from testbed.run_budget import with_rates
+    from testbed.budget.scenario import with_rates
+    from testbed.topology.qos import check_qos
 
     write_profile(profile(us_per_pass=1.0))  # CPU enough for any rate
     data = _incast_data()
@@ -148,8 +155,8 @@ def test_auto_in_a_scenario_takes_the_rate_and_says_so(stored: Path) -> None:
     # only the fabric's links auto: the hosts keep 10 Mbit/s and the load cannot grow past
     # them (0.40 cores at any fabric rate), so the fabric's rate goes up to where its PFC
     # headroom would outgrow the buffer
-    from testbed.qos import check_qos
-    from testbed.run_budget import with_rates
+    from testbed.budget.scenario import with_rates
+    from testbed.topology.qos import check_qos
 
     data["fabric"]["host_link_mbps"] = 10
     sc = parse_scenario(data, "incast-fabric-auto")
@@ -256,8 +263,8 @@ def test_another_users_profile_is_refused(stored: Path, monkeypatch) -> None:
 def test_over_budget_is_told_before_the_run_and_refused_with_strict(stored: Path, monkeypatch,
                                                                     tmp_path: Path) -> None:
     """No switch comes up: the run itself is replaced by one that records being reached."""
-    from testbed import scenario_run
-    from testbed.cli import app
+    from testbed.cli.commands import app
+    from testbed.run import scenario_run
 
     reached = []
 
@@ -266,7 +273,8 @@ def test_over_budget_is_told_before_the_run_and_refused_with_strict(stored: Path
         raise scenario_run.RunFailed("stopped by the test before any switch")
 
     monkeypatch.setattr(scenario_run, "run_scenario", no_run)
-    monkeypatch.setattr("testbed.run.interrupt_on_sigterm", lambda: None)  # pytest's SIGTERM
+    # pytest's SIGTERM
+    monkeypatch.setattr("testbed.run.lifecycle.interrupt_on_sigterm", lambda: None)
     write_profile(profile(us_per_pass=2000))
     args = ["run", str(INCAST), "--results", str(tmp_path / "results")]
     r = CliRunner().invoke(app, [*args, "--strict"], env={"COLUMNS": "300"})
@@ -285,7 +293,7 @@ def test_over_budget_is_told_before_the_run_and_refused_with_strict(stored: Path
 
 
 def test_strict_refuses_an_unknown_budget(stored: Path, tmp_path: Path) -> None:
-    from testbed.cli import app
+    from testbed.cli.commands import app
 
     r = CliRunner().invoke(app, ["run", str(INCAST), "--results", str(tmp_path), "--strict"],
                            env={"COLUMNS": "300"})

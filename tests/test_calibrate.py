@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.calibrate import Window, costs
+from testbed.run.calibrate import Window, costs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,8 +60,8 @@ def test_calibrate_writes_a_sane_profile_that_doctor_and_runs_read(tmp_path: Pat
     doctor = subprocess.run([*testbed, "doctor"], capture_output=True, text=True, env=env,
                             timeout=120, cwd=REPO)
     assert f"{cost['us_per_pass']:.0f} us a packet pass" in " ".join(doctor.stdout.split())
-    from testbed.scenario import load_scenario
-    from testbed.scenario_run import budget_verdict
+    from testbed.run.scenario import load_scenario
+    from testbed.run.scenario_run import budget_verdict
 
     os.environ["ROCE_TESTBED_CALIBRATION"] = str(path)
     try:

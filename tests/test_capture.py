@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.capture import parse_target, target_problem
-from testbed.config import ConfigError
-from testbed.measure import peer_ports
-from testbed.scenario import parse_scenario
-from testbed.scenario_run import run_scenario
+from testbed.config.models import ConfigError
+from testbed.fabric.measure import peer_ports
+from testbed.run.capture import parse_target, target_problem
+from testbed.run.scenario import parse_scenario
+from testbed.run.scenario_run import run_scenario
 from traffic.packets import ACK, CNP, DATA_OPCODES
 
 REPO = Path(__file__).resolve().parent.parent

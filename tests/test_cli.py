@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import bmv2_build
-from testbed.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
+from testbed.config import bmv2_build
+from testbed.fabric.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
 
 CLI = [sys.executable, "-m", "testbed.cli"]
 
@@ -66,7 +66,7 @@ def test_doctor_lists_every_check() -> None:
 
 
 def test_bmv2_build_tells_the_default_build_from_the_fast_one(tmp_path: Path) -> None:
-    from testbed.bmv2_build import BMV2_LOGGING_MARKER, BMV2_NO_LOGGING_MARKER, bmv2_build
+    from testbed.config.bmv2_build import BMV2_LOGGING_MARKER, BMV2_NO_LOGGING_MARKER, bmv2_build
 
     def binary(name: str, *strings: bytes) -> Path:
         f = tmp_path / name
@@ -88,7 +88,7 @@ def test_bmv2_build_tells_the_default_build_from_the_fast_one(tmp_path: Path) ->
 def test_bmv2_build_of_the_installed_switches() -> None:
     import shutil
 
-    from testbed.bmv2_build import BMV2_FAST_PREFIX, bmv2_build
+    from testbed.config.bmv2_build import BMV2_FAST_PREFIX, bmv2_build
 
     installed = shutil.which("simple_switch_grpc")
     if installed is None:
@@ -136,7 +136,7 @@ def test_image_build_without_docker_engine_is_a_clear_error() -> None:
 
 
 def test_results_doc_names_every_column() -> None:
-    from testbed.results import CPU_COLUMNS, EVENT_COLUMNS, TELEMETRY_COLUMNS
+    from testbed.results.telemetry import CPU_COLUMNS, EVENT_COLUMNS, TELEMETRY_COLUMNS
     from traffic.endpoint import MESSAGE_COLUMNS, QP_COLUMNS, STATS_COLUMNS, EndpointStats
 
     doc = (Path(__file__).parent.parent / "docs" / "RESULTS.md").read_text()
@@ -153,7 +153,7 @@ def test_exec_runs_each_command_on_its_node_and_keeps_the_first_failure(capsys) 
     Mininet node's cmd() does (the output, then the exit status the CLI appended)."""
     import typer
 
-    from testbed.cli import _run_exec
+    from testbed.cli.commands import _run_exec
 
     ran = []
 

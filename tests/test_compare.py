@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from testbed.cli import app
-from testbed.compare import CompareError, expand, load, table
+from testbed.cli.commands import app
+from testbed.report.compare import CompareError, expand, load, table
 from tests.synthetic_run import write_run
 
 

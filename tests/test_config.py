@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import ConfigError, FabricConfig
-from testbed.validate import load_config
+from testbed.config.models import ConfigError, FabricConfig
+from testbed.topology.validate import load_config
 
 BAD_FILES = {
     "zero spines": ("fabric: {spines: 0}", ["fabric.spines", "greater than or equal to 1"]),

@@ -1,6 +1,6 @@
-"""One definition per fact: testbed.constants against the P4 program's own definitions
-(p4/headers.p4), the compiled P4Info's array sizes, the header layouts the agent and the hosts
-pack, and what docs/RESULTS.md says of them."""
+"""One definition per fact: testbed.config.constants and traffic.wire against the P4 program's
+own definitions (p4/headers.p4), the compiled P4Info's array sizes, the header layouts the agent
+and the hosts pack, and what docs/RESULTS.md says of them."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
-import testbed.constants as C
+import testbed.config.constants as C
+import traffic.wire as W
 from testbed.agent import tick_frame
-from testbed.measure import CELLS_PER_PORT
-from testbed.ports import PortSpec, class_handle, gate_handle, scheduler_commands
-from testbed.tcstats import QdiscReader
+from testbed.fabric.measure import CELLS_PER_PORT
+from testbed.machine.ports import PortSpec, class_handle, gate_handle, scheduler_commands
+from testbed.machine.tcstats import QdiscReader
 from traffic.packets import pfc_frame
 
 REPO = Path(__file__).resolve().parent.parent
 HEADERS = (REPO / "p4" / "headers.p4").read_text()
 
-#: p4/headers.p4's name of each fact -> testbed.constants' name.
+#: p4/headers.p4's name of each fact -> its name in traffic.wire or testbed.config.constants.
 P4_TO_PYTHON = {
     "ETHERTYPE_IPV4": "ETH_P_IP",
     "ETHERTYPE_MAC_CONTROL": "ETH_P_MAC_CONTROL",
@@ -56,7 +57,8 @@ def p4_constants() -> dict[str, tuple[int | None, int]]:
 
 
 def python_value(name: str) -> int:
-    v = getattr(C, name)
+    """The Python definition of a fact: the wire's (traffic.wire) or the testbed's own."""
+    v = getattr(W, name) if hasattr(W, name) else getattr(C, name)
     return int(v.replace(":", ""), 16) if isinstance(v, str) else v
 
 
@@ -65,7 +67,8 @@ def test_every_p4_constant_is_python_s_or_the_program_s_own() -> None:
     assert "NUM_TCS" in consts and "DROP_CELLS" in consts  # the parser found them
     drops = {n for n in consts if n.startswith("DROP_") and n != "DROP_CELLS"}
     unknown = set(consts) - set(P4_TO_PYTHON) - P4_ONLY - drops
-    assert not unknown, f"decide where these belong (testbed.constants or P4_ONLY): {unknown}"
+    assert not unknown, ("decide where these belong (testbed.config.constants or P4_ONLY): "
+                         f"{unknown}")
     for p4_name, (width, value) in consts.items():
         if p4_name in P4_ONLY:
             continue
@@ -88,17 +91,17 @@ def test_drop_reasons_are_the_programs_and_documented() -> None:
 
 def test_array_sizes_of_the_compiled_program() -> None:
     pytest.importorskip("p4.config.v1.p4info_pb2", reason="needs the P4Runtime protobufs")
-    from testbed.entries import load_p4info
+    from testbed.control.entries import load_p4info
 
     info = load_p4info()
     sizes = {c.preamble.name: c.size for c in info.counters}
     sizes |= {r.preamble.name: r.size for r in info.registers}
-    assert C.PORT_TC_CELLS == C.NUM_PORTS * C.NUM_TCS
+    assert C.PORT_TC_CELLS == C.NUM_PORTS * W.NUM_TCS
     assert C.DROP_CELLS == C.NUM_PORTS * C.NUM_DROP_REASONS
     for name in ("RoceIngress.drops", "RoceIngress.rx_port", "RoceEgress.tx_port",
                  "RoceIngress.rx_port_tc", "RoceEgress.tx_port_tc", "RoceIngress.pfc_rx",
                  "RoceEgress.pfc_egress.pfc_tx", "RoceIngress.lossless.ecn_marked"):
-        assert sizes[name] == C.NUM_PORTS * CELLS_PER_PORT.get(name, C.NUM_TCS), name
+        assert sizes[name] == C.NUM_PORTS * CELLS_PER_PORT.get(name, W.NUM_TCS), name
     assert sizes["RoceIngress.drops"] == C.DROP_CELLS
     # what the agent reads and writes, one cell per (port, class)
     for name in ("drift", "held", "below_max", "occupancy_max", "pfc_ignored", "paused_until"):
@@ -106,7 +109,7 @@ def test_array_sizes_of_the_compiled_program() -> None:
     assert sizes["bmv2_lag_max"] == 1
     per_cell = {C.NUM_PORTS, C.PORT_TC_CELLS, C.DROP_CELLS, 1}
     odd = {n: s for n, s in sizes.items() if s not in per_cell}
-    assert not odd, f"arrays of a size testbed.constants does not know: {odd}"
+    assert not odd, f"arrays of a size testbed.config.constants does not know: {odd}"
 
 
 def parse_as(header: str, frame: bytes) -> dict[str, int]:
@@ -141,21 +144,21 @@ def test_a_tick_without_the_released_count_says_unknown() -> None:
 
 def test_pfc_frames_are_the_programs_pfc_h() -> None:
     f = pfc_frame("02:00:00:00:00:01", {3: 1000, 6: 0})
-    assert f[:6] == bytes.fromhex(C.PFC_DST_MAC.replace(":", ""))
-    assert f[12:14] == C.ETH_P_MAC_CONTROL.to_bytes(2, "big")
+    assert f[:6] == bytes.fromhex(W.PFC_DST_MAC.replace(":", ""))
+    assert f[12:14] == W.ETH_P_MAC_CONTROL.to_bytes(2, "big")
     fields = parse_as("pfc_h", f)
-    assert fields.pop("opcode") == C.MAC_CONTROL_PFC
+    assert fields.pop("opcode") == W.MAC_CONTROL_PFC
     assert fields.pop("class_enable") == 1 << 3 | 1 << 6
-    assert fields == {f"time{c}": 1000 if c == 3 else 0 for c in range(C.NUM_TCS)}
+    assert fields == {f"time{c}": 1000 if c == 3 else 0 for c in range(W.NUM_TCS)}
 
 
 def test_gate_handles_are_one_base() -> None:
-    assert [C.gate_class(C.gate_major(tc)) for tc in range(C.NUM_TCS)] == list(range(C.NUM_TCS))
-    assert C.gate_class(C.gate_major(C.NUM_TCS)) is None and C.gate_class(1) is None
-    assert list(QdiscReader.handle_majors) == [C.gate_major(tc) for tc in range(C.NUM_TCS)]
-    spec = PortSpec("sw1", 10.0, (1000,) * C.NUM_TCS, ((26, 3),))
+    assert [C.gate_class(C.gate_major(tc)) for tc in range(W.NUM_TCS)] == list(range(W.NUM_TCS))
+    assert C.gate_class(C.gate_major(W.NUM_TCS)) is None and C.gate_class(1) is None
+    assert list(QdiscReader.handle_majors) == [C.gate_major(tc) for tc in range(W.NUM_TCS)]
+    spec = PortSpec("sw1", 10.0, (1000,) * W.NUM_TCS, ((26, 3),))
     lines = scheduler_commands(spec)
-    for tc in range(C.NUM_TCS):
+    for tc in range(W.NUM_TCS):
         assert gate_handle(tc) >> 16 == C.gate_major(tc)
         assert any(f"parent {class_handle(tc)} handle {C.gate_major(tc):x}: tbf" in ln
                    for ln in lines), tc

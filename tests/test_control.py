@@ -1,8 +1,8 @@
-"""The P4Runtime entries the control plane computes for each switch (testbed.entries), read back
-through a recording builder: pure data, no switch and no root needed.
+"""The P4Runtime entries the control plane computes for each switch (testbed.control.entries), read
+back through a recording builder: pure data, no switch and no root needed.
 
-A :class:`Recorder` stands in for :class:`testbed.entries.EntryBuilder`: it keeps each call's
-arguments instead of encoding them, so the tests read the routes, ECMP groups and queue
+A :class:`Recorder` stands in for :class:`testbed.control.entries.EntryBuilder`: it keeps each
+call's arguments instead of encoding them, so the tests read the routes, ECMP groups and queue
 profiles a switch would be given. One test decodes the real builder's protobufs to show that
 both say the same.
 """
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from testbed.config import FabricConfig, FabricShape
-from testbed.constants import PFC_MCAST_GROUP, THRESHOLD_NEVER
-from testbed.entries import (
+from testbed.config.constants import PFC_MCAST_GROUP, THRESHOLD_NEVER
+from testbed.config.models import FabricConfig, FabricShape
+from testbed.control.entries import (
     INGRESS,
     EntryBuilder,
     build_switch_program,
@@ -27,8 +27,7 @@ from testbed.entries import (
     mac_to_int,
     routing_entries,
 )
-from testbed.qos import queue_profiles
-from testbed.topology import (
+from testbed.topology.graph import (
     Switch,
     Topology,
     build_topology,
@@ -36,6 +35,7 @@ from testbed.topology import (
     host_subnet,
     link_ends,
 )
+from testbed.topology.qos import queue_profiles
 
 PROFILE = f"{INGRESS}.ecmp_selector"
 ROUTE_TABLE = f"{INGRESS}.ipv4_route"

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from testbed.analysis import load_events, load_telemetry, stalls
-from testbed.constants import NUM_TCS
-from testbed.fidelity import verdict_problem
-from testbed.measure import peer_ports
-from testbed.scenario import Scenario, load_scenario
-from testbed.scenario_run import run_scenario
+from testbed.analysis.deadlock import load_events, load_telemetry, stalls
+from testbed.analysis.fidelity import verdict_problem
+from testbed.fabric.measure import peer_ports
+from testbed.run.scenario import Scenario, load_scenario
+from testbed.run.scenario_run import run_scenario
+from traffic.wire import NUM_TCS
 
 #: Four flows of 8 QPs at line rate on six switches run two cores near their limit; CI runs
 #: them (about 3.5 minutes on an idle 2-core machine). Each claim rests on faithful runs.

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import FabricConfig
-from testbed.control import SwitchSession
-from testbed.entries import build_switch_program
-from testbed.measure import peer_ports
-from testbed.state import RUNTIME_DIR
-from testbed.topology import build_topology
+from testbed.config.models import FabricConfig
+from testbed.control.entries import build_switch_program
+from testbed.control.p4runtime import SwitchSession
+from testbed.fabric.measure import peer_ports
+from testbed.machine.state import RUNTIME_DIR
+from testbed.topology.graph import build_topology
 
-# Collected without Mininet too, and skipped by name: testbed.fabric imports it.
+# Collected without Mininet too, and skipped by name: testbed.run.bringup imports it.
 pytest.importorskip("mininet.net", reason="needs Mininet: apt install mininet, venv with "
                                           "--system-site-packages")
-from testbed.fabric import Fabric  # noqa: E402
+from testbed.run.bringup import Fabric  # noqa: E402
 
 pytestmark = pytest.mark.bmv2
 TESTBED = [sys.executable, "-m", "testbed.cli"]
@@ -321,7 +321,7 @@ def test_agents_run_real_time_and_change_their_gates_themselves(tmp_path: Path) 
     0 leaves them at agent.nice. One agent process serves the three switches
     (agent.one_process), or one process per switch. No `tc` process stands between a PFC
     frame and its gate: the agent changes the gates over its own netlink sockets
-    (testbed.qdisc_netlink). The run's summary says what the agents ran at."""
+    (testbed.machine.qdisc_netlink). The run's summary says what the agents ran at."""
     import json
 
     import psutil
@@ -359,11 +359,11 @@ def test_a_refused_real_time_priority_is_said_or_stops_the_run(tmp_path: Path,
     so the agents' scheduling is read as the refusing machine would show it.)"""
     import json
 
-    import testbed.agents
-    from testbed.network import FabricError
-    from testbed.state import running_elsewhere
+    import testbed.fabric.agents
+    from testbed.fabric.network import FabricError
+    from testbed.machine.state import running_elsewhere
 
-    monkeypatch.setattr(testbed.agents.os, "sched_getscheduler", lambda _pid: os.SCHED_OTHER)
+    monkeypatch.setattr(testbed.fabric.agents.os, "sched_getscheduler", lambda _pid: os.SCHED_OTHER)
     said: list[str] = []
     cfg = FabricConfig.model_validate({"name": "rtrefused", "fabric": {
         "spines": 1, "leaves": 2, "hosts_per_leaf": 1}})
@@ -385,14 +385,14 @@ def test_a_refused_real_time_priority_is_said_or_stops_the_run(tmp_path: Path,
 
 
 def test_counters_read_from_the_kernel_match_ip_and_tc(tmp_path: Path) -> None:
-    """testbed.measure reads each port's veth and class gates straight from the switch's
+    """testbed.fabric.measure reads each port's veth and class gates straight from the switch's
     namespace (/proc/PID/net/dev, one netlink dump): the same numbers `ip -s link` and
     `tc -s qdisc` give, after traffic crossed every switch."""
     import json
 
-    from testbed.constants import gate_class
-    from testbed.measure import kernel_stats, rx_counters, veth_rx
-    from testbed.topology import intf_name
+    from testbed.config.constants import gate_class
+    from testbed.fabric.measure import kernel_stats, rx_counters, veth_rx
+    from testbed.topology.graph import intf_name
 
     cfg = FabricConfig.model_validate({"name": "ctr", "fabric": {
         "spines": 1, "leaves": 2, "hosts_per_leaf": 1}})

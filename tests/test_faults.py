@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.config import ConfigError
-from testbed.scenario import parse_scenario
+from testbed.config.models import ConfigError
+from testbed.run.scenario import parse_scenario
 from traffic.dcqcn import DcqcnParams
 from traffic.endpoint_config import build_parser, config_from_args
 from traffic.endpoint_pfc import PfcPort

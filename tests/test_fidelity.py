@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.analysis import fidelity_figures
-from testbed.cpuload import busy_shares, read_jiffies
-from testbed.fidelity import Budgets, Figures, assess, lines, longest_run
-from testbed.results import (
+from testbed.analysis.deadlock import fidelity_figures
+from testbed.analysis.fidelity import Budgets, Figures, assess, lines, longest_run
+from testbed.results.telemetry import (
     CpuRow,
     EventRow,
     TelemetryRow,
@@ -23,6 +22,7 @@ from testbed.results import (
     events_writer,
     telemetry_writer,
 )
+from testbed.run.cpuload import busy_shares, read_jiffies
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, bmv2_lag_us=50_000,
@@ -93,7 +93,7 @@ def test_lossless_checks_only_with_pfc_and_nothing_measured_is_not_ok() -> None:
 
 
 def test_a_missing_verdict_is_not_faithful() -> None:
-    from testbed.fidelity import unmade, verdict_problem
+    from testbed.analysis.fidelity import unmade, verdict_problem
 
     assert verdict_problem(assess(GOOD, BUDGET)) is None
     assert "no fidelity verdict" in verdict_problem(None)
@@ -204,9 +204,9 @@ def test_each_gap_in_the_folder_is_unknown_with_why(tmp_path: Path, case: str, c
 def test_a_summary_that_cannot_be_made_still_says_not_ok(tmp_path: Path) -> None:
     """A run whose telemetry cannot be read (a killed agent's half-written CSV) still gets a
     telemetry summary, whose verdict is not ok and says why."""
-    from testbed.config import FabricConfig
-    from testbed.run import Run
-    from testbed.topology import build_topology
+    from testbed.config.models import FabricConfig
+    from testbed.run.lifecycle import Run
+    from testbed.topology.graph import build_topology
 
     cfg = FabricConfig.model_validate({"name": "gap",
                                        "fabric": {"spines": 1, "leaves": 2,

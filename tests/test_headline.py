@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.endpoint_results import MessageRow, QpRow
-from testbed.headline import compute_headline, jain, percentile
-from testbed.headline_series import pfc_frames
-from testbed.headline_text import FIGURES, headline_markdown
-from testbed.results import TelemetryRow
+from testbed.analysis.headline import compute_headline, jain, percentile
+from testbed.analysis.headline_series import pfc_frames
+from testbed.report.headline_text import FIGURES, headline_markdown
+from testbed.results.endpoints import MessageRow, QpRow
+from testbed.results.telemetry import TelemetryRow
 from tests.synthetic_run import summary, write_run
 from traffic.endpoint_telemetry import MESSAGE_COLUMNS, QP_COLUMNS
 from traffic.flows import FlowSpec
@@ -60,7 +60,7 @@ def test_fabric_goodput_is_the_bytes_over_the_span_not_a_sum_of_rates() -> None:
     """A lossy incast into a 10 Mbit/s link: two flows deliver 1.2 MB each over 2 s (4.8 Mbit/s
     each), a starved third 94 KB within its first 0.1 s (7.5 Mbit/s over its own 0.1 s).
     Their goodputs add up to 17.1 Mbit/s; the fabric delivered 2.494 MB in 2 s: 9.98 Mbit/s."""
-    from testbed.headline import fabric_goodput
+    from testbed.analysis.headline import fabric_goodput
 
     flows = [{"bytes": 1_200_000, "start_s": 1.0, "active_s": 2.0},
              {"bytes": 1_200_000, "start_s": 1.0, "active_s": 2.0},
@@ -123,7 +123,7 @@ def test_a_starved_duration_flow_is_active_for_its_whole_duration() -> None:
     """A flow asked to send for 3 s whose bytes stopped arriving after 0.2 s (Go-Back-N waiting
     out its timeouts) was starved, not done: its goodput is over the 3 s, not the 0.2 s. A
     flow of a message count is done when its last byte arrives."""
-    from testbed.headline import flow_figures
+    from testbed.analysis.headline import flow_figures
 
     def resp(t: float, n: int) -> QpRow:
         return QpRow(t, 0x8000, "responder", 3, None, None, None, 0.0, n, 0, 0, 0, 0, 0, 0, 0,

@@ -15,13 +15,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from testbed.cli import app
+from testbed.cli.commands import app
 from testbed.labs.catalog import SHEET_SECTIONS, Lab, all_labs, find_lab
 from testbed.labs.checks import Line, grade, unknown_checks
 from testbed.labs.cli import copy_starter
 from testbed.labs.verdict import CHECKS
-from testbed.scenario import load_scenario
-from testbed.validate import load_config
+from testbed.run.scenario import load_scenario
+from testbed.topology.validate import load_config
 from tests.labfakes import fake_run, flow, qp_series, queue
 
 LABS = all_labs()
@@ -330,7 +330,7 @@ def test_cycle_check_reads_the_routes_of_the_run(tmp_path: Path) -> None:
 
 
 def test_watchdog_checks(tmp_path: Path) -> None:
-    from testbed.results import EventRow
+    from testbed.results.telemetry import EventRow
 
     det = {"switch": "leaf1", "port": 2, "tc": 3, "stalled_at_s": 3.0, "detected_at_s": 3.45,
            "latency_s": 0.45, "restored_at_s": 4.5}
@@ -470,7 +470,7 @@ BROKEN = {2: ("moved", "qos.ecn.3"), 3: ("reacted", "dcqcn: true"),
 def _do_lab(lab: Lab, variant: str, folder: Path, reuse: Path | None = None) -> list[Line]:
     """Start the lab in ``folder``, put the variant's files in, run what they change once (the
     other runs are copied from ``reuse``), and grade the folder as `testbed lab check` does."""
-    from testbed.scenario_run import run_scenario
+    from testbed.run.scenario_run import run_scenario
 
     copy_starter(lab, folder)
     changed = sorted(p.name for p in (lab.path / variant).iterdir())

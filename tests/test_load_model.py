@@ -1,4 +1,5 @@
-"""The load model (testbed/load_model.py) against loads worked out by hand for shipped scenarios.
+"""The load model (testbed/budget/load_model.py) against loads worked out by hand for shipped
+scenarios.
 
 The numbers every case shares: a 64 KB RDMA WRITE at the default MTU 9000 is 16 packets of the
 RoCE MTU 4096, each with 58 bytes of headers on the wire (Ethernet 14, IPv4 20, UDP 8, BTH 12,
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.load_model import Load, message_wire, path_shares, peak_load
-from testbed.run_budget import scenario_load
-from testbed.scenario import load_scenario, parse_scenario
+from testbed.budget.load_model import Load, message_wire, path_shares, peak_load
+from testbed.budget.scenario import scenario_load
+from testbed.run.scenario import load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 MSGS = 10e6 / 8 / 66_480          # 64 KB messages a second on a 10 Mbit/s link
@@ -121,7 +122,7 @@ def test_bounce_routes_and_failed_links_shape_the_path() -> None:
     """deadlock-watchdog-off.yaml pins flow a (h1 -> h3) to leaf1, spine1, leaf2, spine2,
     leaf3: five switches, each passed once by every packet."""
     sc = load_scenario(REPO / "scenarios" / "deadlock-watchdog-off.yaml")
-    from testbed.run_budget import down_at_start
+    from testbed.budget.scenario import down_at_start
 
     passes, _hops = path_shares(sc.topo, "h1", "h3", down_at_start(sc.topo, sc.extras.faults))
     assert passes == {"leaf1": 1.0, "spine1": 1.0, "leaf2": 1.0, "spine2": 1.0, "leaf3": 1.0}

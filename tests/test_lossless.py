@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import FabricConfig
-from testbed.constants import PFC_QUANTUM_BITS
-from testbed.fidelity import verdict_problem
-from testbed.measure import fabric_counters, hidden_loss, kernel_drops, peer_ports
-from testbed.results import EventRow, read_events, run_events, run_telemetry
-from testbed.topology import build_topology
+from testbed.analysis.fidelity import verdict_problem
+from testbed.config.models import FabricConfig
+from testbed.fabric.measure import fabric_counters, hidden_loss, kernel_drops, peer_ports
+from testbed.results.telemetry import EventRow, read_events, run_events, run_telemetry
+from testbed.topology.graph import build_topology
 from traffic.flows import FlowRunner, FlowSpec
+from traffic.wire import PFC_QUANTUM_BITS
 
-# Collected without Mininet too, and skipped by name: testbed.fabric imports it.
+# Collected without Mininet too, and skipped by name: testbed.run.bringup imports it.
 pytest.importorskip("mininet.net", reason="needs Mininet: apt install mininet, venv with "
                                           "--system-site-packages")
-from testbed.fabric import Fabric  # noqa: E402
+from testbed.run.bringup import Fabric  # noqa: E402
 
 pytestmark = pytest.mark.bmv2
 

@@ -12,15 +12,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.config import (
+from testbed.config.constants import THRESHOLD_NEVER
+from testbed.config.models import (
     DEFAULT_LINK_MBPS,
     PFC_PORT_BITMAP_BITS,
     FabricConfig,
     PfcWatchdogConfig,
     QosConfig,
 )
-from testbed.constants import THRESHOLD_NEVER
-from testbed.qos import (
+from testbed.topology.graph import build_topology
+from testbed.topology.qos import (
     endpoint_args,
     gate_leak_bytes,
     max_frame_bytes,
@@ -30,8 +31,7 @@ from testbed.qos import (
     roce_frame_bytes,
     roce_mtu,
 )
-from testbed.topology import build_topology
-from testbed.validate import parse_config
+from testbed.topology.validate import parse_config
 from traffic.endpoint import Endpoint, build_parser, config_from_args
 from traffic.packets import CNP, ECN_CE, parse_roce
 
@@ -103,7 +103,7 @@ def test_a_remapped_class_is_sent_with_its_dscp_and_cnps_with_theirs(monkeypatch
 
 def test_fabric_starts_each_endpoint_with_the_fabric_settings(tmp_path: Path) -> None:
     """The command line the endpoint pool builds, read by the endpoint's own parser."""
-    from testbed.endpoints import EndpointPool
+    from testbed.fabric.endpoints import EndpointPool
 
     cfg = parse_config({"fabric": {"spines": 1, "leaves": 2, "hosts_per_leaf": 1, "mtu": 1500},
                         "qos": {"dscp_to_tc_map": {24: 3, 48: 6}}})
@@ -164,7 +164,7 @@ def test_headroom_and_thresholds_follow_the_mtu() -> None:
 
 def test_switch_and_kernel_thresholds_use_the_fabric_mtu() -> None:
     """The P4 queue profiles and the kernel buffers both come from the fabric's MTU."""
-    from testbed.entries import lossless_entries
+    from testbed.control.entries import lossless_entries
 
     cfg = parse_config({"fabric": {"spines": 1, "leaves": 2, "hosts_per_leaf": 1, "mtu": 1500}})
     topo = build_topology(cfg)
@@ -209,7 +209,7 @@ def test_pfc_port_limit_is_at_the_last_bit() -> None:
 def test_agent_watchdog_action_default_is_the_configs() -> None:
     """The agent's watchdog is PfcWatchdog.from_agent(its config's watchdog, ...); the agent
     itself is tested in tests/test_pfcwd.py."""
-    from testbed.pfcwd import PfcWatchdog
+    from testbed.agent.pfcwd import PfcWatchdog
 
     assert PfcWatchdog.from_agent({"enabled": True}, [1], [3]).action == \
         PfcWatchdogConfig().action == "drop"
@@ -231,8 +231,8 @@ def test_the_agent_settings_reach_each_switch_agent(tmp_path: Path) -> None:
     import json
 
     from testbed.agent.config import AgentConfig
-    from testbed.agents import AgentPool
-    from testbed.state import RunState
+    from testbed.fabric.agents import AgentPool
+    from testbed.machine.state import RunState
 
     cfg = FabricConfig.model_validate({"agent": {"tick_period_ms": 5, "sample_period_ms": 200,
                                                  "resync_period_ms": 20, "nice": -5,

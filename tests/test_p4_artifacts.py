@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.entries import BMV2_JSON_PATH, P4_DIR, P4INFO_PATH, load_p4info
+from testbed.control.entries import BMV2_JSON_PATH, P4_DIR, P4INFO_PATH, load_p4info
 
 SOURCES = ["roce_switch.p4", "headers.p4", "parser.p4", "ingress.p4", "egress.p4"]
 

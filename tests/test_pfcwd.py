@@ -1,4 +1,4 @@
-"""The PFC watchdog state machine (testbed.pfcwd) against SONiC's pfcwd rules, with injected
+"""The PFC watchdog state machine (testbed.agent.pfcwd) against SONiC's pfcwd rules, with injected
 time: no root, no switch. Times are multiples of 1/8 s, exact in binary, so a boundary such as
 "restored exactly restoration_time after the last PFC" is tested as such."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import PfcWatchdogConfig
-from testbed.pfcwd import (
+from testbed.agent.pfcwd import (
     PfcWatchdog,
     QueueObservation,
     StormDetected,
     StormRestored,
     WatchdogSettings,
 )
+from testbed.config.models import PfcWatchdogConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -272,7 +272,7 @@ def test_from_agent_takes_the_models_defaults_and_this_switchs_ports() -> None:
 def test_agent_config_round_trip() -> None:
     """What testbed.agent.agent_config writes is what the watchdog reads back."""
     from testbed.agent import AgentPort, agent_config
-    from testbed.config import QosConfig
+    from testbed.config.models import QosConfig
 
     cfg = PfcWatchdogConfig(enabled=True, ports=["sw:2", "other:1"], detection_time_ms=300)
     d = agent_config("sw", [AgentPort(n, f"p{n}", 10.0, [1000] * 8) for n in (1, 2)],
@@ -286,7 +286,7 @@ def test_the_agent_reads_its_watchdog_settings_without_pydantic() -> None:
     """The switch agent starts without importing pydantic (slow on a loaded machine): the
     settings its config file holds are complete and need no model."""
     code = ("import sys, testbed.agent\n"
-            "from testbed.pfcwd import PfcWatchdog\n"
+            "from testbed.agent.pfcwd import PfcWatchdog\n"
             f"wd = PfcWatchdog.from_agent({PfcWatchdogConfig(enabled=True).model_dump()!r}, "
             "[1], [3])\n"
             "assert list(wd.queues) == [(1, 3)], wd.queues\n"

@@ -1,5 +1,5 @@
-"""The figures that show a phenomenon in a results folder (testbed.phenomena), on numbers and
-files made up here."""
+"""The figures that show a phenomenon in a results folder (testbed.analysis.phenomena), on numbers
+and files made up here."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.constants import DROP_NO_ROUTE, DROP_PFC_CONSUMED, NUM_DROP_REASONS
-from testbed.phenomena import (
+from testbed.analysis.phenomena import (
     convergence_time,
     flow_goodput_bps,
     imbalance,
@@ -21,6 +20,7 @@ from testbed.phenomena import (
     read_p4_counters,
     window_rate,
 )
+from testbed.config.constants import DROP_NO_ROUTE, DROP_PFC_CONSUMED, NUM_DROP_REASONS
 from tests.synthetic_run import qp_row
 from traffic.endpoint_telemetry import QP_COLUMNS
 

@@ -10,7 +10,7 @@ kernel queues and RoCE endpoints, and each asserting that its phenomenon appears
 * a slow receiver's pauses spreading back to its sender.
 
 A run may be shortened here (durations, flows) through the scenario's own data before
-parse_scenario, never in what it shows. Figures from testbed.phenomena.
+parse_scenario, never in what it shows. Figures from testbed.analysis.phenomena.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.analysis import load_telemetry
-from testbed.fidelity import verdict_problem
-from testbed.headline_series import run_start
-from testbed.measure import peer_ports
-from testbed.phenomena import (
+from testbed.analysis.deadlock import load_telemetry
+from testbed.analysis.fidelity import verdict_problem
+from testbed.analysis.headline_series import run_start
+from testbed.analysis.phenomena import (
     cnps_received,
     convergence_time,
     delivered_bytes,
@@ -41,8 +40,9 @@ from testbed.phenomena import (
     read_p4_counters,
     retransmitted,
 )
-from testbed.scenario import Scenario, parse_scenario
-from testbed.scenario_run import run_scenario
+from testbed.fabric.measure import peer_ports
+from testbed.run.scenario import Scenario, parse_scenario
+from testbed.run.scenario_run import run_scenario
 
 pytestmark = pytest.mark.bmv2
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from testbed.constants import gate_major
-from testbed.ports import HTB_BURST_BYTES, PortGates
+from testbed.config.constants import gate_major
+from testbed.machine.ports import HTB_BURST_BYTES, PortGates
 from tests.portrig import port
 from traffic.packets import pfc_frame
 
@@ -230,7 +230,7 @@ def _gate_line(ns: str, tc: int) -> str:
 def test_a_gate_changed_over_netlink_is_the_gate_tc_makes() -> None:
     """Closed, opened, dropped to one byte and restored: the kernel shows the same gate as after
     the same `tc qdisc` command (rate, burst, link layer, and the limit as a latency)."""
-    from testbed.ports import gate_burst_bytes
+    from testbed.machine.ports import gate_burst_bytes
 
     with port(10.0) as (ns, gates):
         burst = gate_burst_bytes(gates.spec.max_frame)

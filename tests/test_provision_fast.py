@@ -215,7 +215,7 @@ def test_the_cli_refuses_a_download_without_its_checksum_in_one_line(
 
 
 def test_the_cli_passes_the_fast_build_options_to_the_playbook() -> None:
-    from testbed.provision import fast_download_vars, playbook_vars
+    from testbed.cli.provision import fast_download_vars, playbook_vars
 
     sha = "AB" * 32
     assert fast_download_vars("https://example.org/f.tar.zst", sha) == {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.constants import AGENT_PORT
+from testbed.config.constants import AGENT_PORT
 from tests.dataplane import Harness, bmv2_harness
 
 PTF_DIR = Path(__file__).parent / "ptf"
@@ -137,7 +137,7 @@ def test_ptf_suite_on_the_default_build(tmp_path: Path) -> None:
     """The p4lang packages' build (the one a user without the fast build runs) passes the same
     suite, started as the fabric starts it without a log: at log level off, which halves its
     instructions per packet."""
-    from testbed.bmv2_build import installed
+    from testbed.config.bmv2_build import installed
 
     if "default" not in installed():
         pytest.skip("needs BMv2's default build (simple_switch_grpc on the PATH)")

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from testbed.qdisc_netlink import (
+from testbed.machine.qdisc_netlink import (
     NLMSG_ERROR,
     RTM_DELQDISC,
     RTM_NEWQDISC,

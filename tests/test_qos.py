@@ -1,5 +1,5 @@
-"""Per-queue QoS numbers (testbed.qos) against figures computed by hand, and the checks that
-refuse thresholds which cannot work: pure arithmetic, no root needed.
+"""Per-queue QoS numbers (testbed.topology.qos) against figures computed by hand, and the checks
+that refuse thresholds which cannot work: pure arithmetic, no root needed.
 
 The default config at MTU 9000: the largest RoCE frame is 4096 + 60 + 14 = 4170 bytes, the
 closing gate lets 9014 bytes (one 9000-byte frame with its header) through, links have no
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.config import ConfigError, FabricConfig, QosConfig
-from testbed.qos import (
+from testbed.config.models import ConfigError, FabricConfig, QosConfig
+from testbed.topology.qos import (
     KERNEL_LIMIT_CAP_BYTES,
     check_qos,
     pause_renewal_us,
     queue_profiles,
     required_headroom,
 )
-from testbed.validate import parse_config
+from testbed.topology.validate import parse_config
 
 FRAME, LEAK = 4170, 9014
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.agent.registers import RegisterReader, merged, view_calls
-from testbed.netns import inside
+from testbed.machine.netns import inside
 
 
 class _Thrift:

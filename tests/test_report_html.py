@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.constants import NUM_TCS
-from testbed.report_data import (
+from testbed.report.data import (
     ECN_MARKED,
     TX_PORT_TC,
     EcnPoint,
@@ -23,12 +22,13 @@ from testbed.report_data import (
     pause_spans,
     queue_series,
 )
-from testbed.report_figures import line_chart, red_curve
-from testbed.report_html import Block, render_page, write_html_report
-from testbed.results import P4CounterRow, TelemetryRow
+from testbed.report.figures import line_chart, red_curve
+from testbed.report.html import Block, render_page, write_html_report
+from testbed.results.telemetry import P4CounterRow, TelemetryRow
 from tests.browser import Browser, chromium
 from tests.synthetic_run import qp_row
 from traffic.endpoint_telemetry import QP_COLUMNS
+from traffic.wire import NUM_TCS
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "testbed.cli"]
@@ -145,8 +145,8 @@ SCENARIO = {
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> Path:
-    from testbed.scenario import parse_scenario
-    from testbed.scenario_run import run_scenario
+    from testbed.run.scenario import parse_scenario
+    from testbed.run.scenario_run import run_scenario
 
     res = run_scenario(parse_scenario(SCENARIO), tmp_path_factory.mktemp("html"),
                        progress=lambda _m: None)

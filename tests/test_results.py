@@ -1,4 +1,4 @@
-"""testbed.results: the records are the documented columns, and what the writers write the
+"""testbed.results.telemetry: the records are the documented columns, and what the writers write the
 readers read back (docs/RESULTS.md's check is tests/test_cli.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.results import (
+from testbed.results.telemetry import (
     CPU_COLUMNS,
     EVENT_COLUMNS,
     TELEMETRY_COLUMNS,
@@ -99,3 +99,60 @@ def test_watchdog_state_round_trips(tmp_path: Path) -> None:
     assert read_pfcwd(pfcwd_path(tmp_path, "leaf1")) == state
     assert not list(tmp_path.glob("*.tmp"))  # written whole, then renamed
     assert pfcwd_states(tmp_path) == [state]
+
+
+def test_p4_counters_are_read_one_way(tmp_path: Path) -> None:
+    """p4_counters.csv has one reader (testbed.results.telemetry.last_p4_counters): the
+    headline, the phenomena and the labs' evidence see the same last sample of every cell."""
+    from testbed.analysis.headline import last_counters
+    from testbed.analysis.phenomena import read_p4_counters
+    from testbed.labs.evidence import RunData
+    from testbed.results.files import P4_COUNTERS_FILE
+    from testbed.results.telemetry import P4_COUNTER_COLUMNS, last_p4_counters
+
+    path = tmp_path / P4_COUNTERS_FILE
+    rows = [(0.5, "leaf1", "RoceEgress.tx_port", 3, 10, 40960),
+            (0.5, "leaf1", "RoceIngress.drops", 21, 1, 64),
+            (1.0, "leaf1", "RoceEgress.tx_port", 3, 25, 102400)]
+    path.write_text(",".join(c for c, _ in P4_COUNTER_COLUMNS) + "\n"
+                    + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    cells = last_p4_counters(path)
+    assert cells == {("leaf1", "RoceEgress.tx_port", 3): (25, 102400),
+                     ("leaf1", "RoceIngress.drops", 21): (1, 64)}
+    assert read_p4_counters(path) == cells
+    assert RunData(tmp_path).counters == cells
+    assert last_counters(path) == {cell: packets for cell, (packets, _) in cells.items()}
+    # a folder without the file (a `testbed up` run) has no counters, where absence is allowed
+    assert last_counters(tmp_path / "none.csv") == {} and RunData(tmp_path / "x").counters == {}
+
+
+def test_the_run_summary_type_has_every_key_a_run_writes() -> None:
+    """testbed.results.summary.RunSummary (and its flows' and QPs' types) name every key
+    testbed/run/scenario_run.py writes into summary.json: read from its source with ast."""
+    import ast
+
+    from testbed.results.summary import FlowSummary, QpSummary, RunSummary
+
+    source = Path(__file__).resolve().parent.parent / "testbed" / "run" / "scenario_run.py"
+    tree = ast.parse(source.read_text())
+    written: set[str] = set()
+    dicts: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                and ast.unparse(node.value) in ("summary", "res.summary")
+                and isinstance(node.slice, ast.Constant)):
+            written.add(node.slice.value)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                "res.summary.setdefault", "res.summary.update"):
+            written |= {c.value for c in ast.walk(node.args[0])
+                        if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        if isinstance(node, ast.Dict) and node.keys and all(
+                isinstance(k, ast.Constant) for k in node.keys):
+            keys = {k.value for k in node.keys}
+            dicts[min(keys)] = keys
+    summary = next(k for k in dicts.values() if "scenario" in k)
+    flow = next(k for k in dicts.values() if "qps" in k)
+    qp = next(k for k in dicts.values() if "qpn" in k)
+    assert "headline" in written and "fidelity" in written  # the scan finds them
+    assert written | summary <= set(RunSummary.__annotations__)
+    assert flow == set(FlowSummary.__annotations__) and qp == set(QpSummary.__annotations__)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.owner import for_sudo_user
-from testbed.scenario_run import RunStatus
+from testbed.machine.owner import for_sudo_user
+from testbed.run.scenario_run import RunStatus
 
 REPO = Path(__file__).resolve().parent.parent
 #: Not a user of this machine: whoever ran sudo, as SUDO_UID and SUDO_GID tell it.
@@ -49,7 +49,7 @@ def _owners(folder: Path) -> set[tuple[int, int]]:
 # -- without a fabric -------------------------------------------------------------------------
 
 def test_status_line_text() -> None:
-    from testbed.cli_progress import status_text
+    from testbed.cli.progress import status_text
 
     assert status_text(RunStatus(3.04, 6.0, 3, 2, 1)) == (
         "3.0 s of 6 s, 3.0 s left", "flows: 2 of 3 started, 1 done")
@@ -90,7 +90,7 @@ def test_without_sudo_nothing_changes_hands(tmp_path: Path, monkeypatch) -> None
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
 def test_run_shows_its_progress_and_gives_the_results_to_the_user(tmp_path: Path) -> None:
     """In a terminal (script(1) gives the command one), as `sudo testbed run` would be."""
-    from testbed.calibration_store import write_profile
+    from testbed.budget.calibration_store import write_profile
     from tests.test_budget import profile
 
     results = tmp_path / "results"

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import ConfigError
+from testbed.config.models import ConfigError
 from testbed.labs.catalog import LabSpec
-from testbed.names import NAME_PATTERN, is_name, name_problem
-from testbed.safepath import UnsafePath, folder_problem, read_own, secure_dir, write_new
-from testbed.scenario import parse_scenario
-from testbed.state_check import (
+from testbed.machine.safepath import UnsafePath, folder_problem, read_own, secure_dir, write_new
+from testbed.machine.state_check import (
     ProcFacts,
     RunFacts,
     file_problem,
     interface_problem,
     process_problem,
 )
+from testbed.run.scenario import parse_scenario
+from traffic.names import NAME_PATTERN, is_name, name_problem
 
 #: Names that would end a shell word, climb out of a folder or split a line.
 HOSTILE = ["a'b", 'a"b', "a;b", "..", "a/b", "../etc", "a\nb", "a b", "$(id)", "`id`", ""]

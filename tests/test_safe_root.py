@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import state
-from testbed.state_check import START_SLACK_S
+from testbed.machine import state
+from testbed.machine.state_check import START_SLACK_S
 
 REPO = Path(__file__).resolve().parent.parent
 TESTBED = [sys.executable, "-m", "testbed.cli"]
@@ -139,7 +139,7 @@ def test_no_other_user_can_take_the_lock_first(attacker, shared: Path) -> None:
         deadline = time.time() + 10
         while not theirs.exists() and time.time() < deadline:
             time.sleep(0.05)
-        code = ("from testbed.state import fabric_lock\n"
+        code = ("from testbed.machine.state import fabric_lock\n"
                 "with fabric_lock():\n    pass\n")
         t = time.monotonic()
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -208,7 +208,7 @@ def test_the_hand_over_follows_no_link_and_takes_only_roots_files(
         attacker, shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a run creates in a shared results folder becomes the sudo user's; a link and a
     file the student put there meanwhile, and what the link points to, keep their owners."""
-    from testbed.owner import for_sudo_user
+    from testbed.machine.owner import for_sudo_user
 
     sticky = shared / "class"
     sticky.mkdir()
@@ -248,7 +248,7 @@ def test_down_acts_only_on_the_runs_own_objects(attacker, shared: Path) -> None:
     from tests.test_fabric import _start_background, assert_clean, leftovers
 
     older = subprocess.Popen(["sleep", "300"])  # root's, started before the run
-    time.sleep(2 * START_SLACK_S)  # a start time is known to a second (testbed.state_check)
+    time.sleep(2 * START_SLACK_S)  # a start time is known to a second (testbed.machine.state_check)
     before = _other_net_namespaces()
     sticky = shared / "class"
     sticky.mkdir()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import ConfigError
-from testbed.scenario import load_scenario, parse_scenario
+from testbed.config.models import ConfigError
+from testbed.run.scenario import load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = {"fabric": {"spines": 2, "leaves": 4, "hosts_per_leaf": 1}, "duration_s": 10,
@@ -32,7 +32,7 @@ def test_shipped_scenarios_load() -> None:
 
 def test_deadlock_scenario_builds_the_bounce_routes() -> None:
     sc = load_scenario(REPO / "scenarios" / "deadlock-watchdog-off.yaml")
-    from testbed.topology import compute_routes
+    from testbed.topology.graph import compute_routes
 
     def port_to(sw: str, prefix: str) -> list[str]:
         s = sc.topo.switch(sw)

@@ -20,7 +20,7 @@ def test_the_quick_exit_keeps_what_the_normal_exit_does(tmp_path: Path) -> None:
     code = f"""
 import atexit, threading, time
 from pathlib import Path
-from testbed.quick_exit import leave
+from testbed.cli.quick_exit import leave
 out = Path({str(tmp_path)!r})
 atexit.register(lambda: (out / "atexit").write_text("ran"))
 def late():
@@ -40,7 +40,7 @@ leave("the message")
     assert (tmp_path / "thread").read_text() == "done"
     assert (tmp_path / "open").read_text() == "buffered, never closed"
     for status, expect in (("None", 0), ("0", 0), ("3", 3)):
-        r = _python(f"from testbed.quick_exit import leave; leave({status})")
+        r = _python(f"from testbed.cli.quick_exit import leave; leave({status})")
         assert (r.returncode, r.stderr) == (expect, "")
 
 
@@ -58,7 +58,7 @@ def test_mininet_comes_without_setuptools_where_the_standard_library_has_distuti
     r = _python("import importlib.machinery as m, sys, warnings\n"
                 "warnings.simplefilter('error')\n"
                 "own = m.PathFinder.find_spec('distutils') is not None\n"
-                "import testbed.network\n"
+                "import testbed.fabric.network\n"
                 "print(own, 'setuptools' in sys.modules, 'mininet.node' in sys.modules)")
     assert r.returncode == 0, r.stderr
     own, setuptools, mininet = r.stdout.split()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import state
-from testbed.state import (
+from testbed.machine import state
+from testbed.machine.state import (
     ProcRecord,
     RunState,
     ask_owners_to_stop,

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from testbed.cli import app
-from testbed.sweep import (
+from testbed.cli.commands import app
+from testbed.run.sweep import (
     RunRecord,
     SweepError,
     aggregate,
@@ -27,7 +27,7 @@ from testbed.sweep import (
     table_csv_rows,
     table_markdown,
 )
-from testbed.sweep_run import plan_sweep, run_sweep
+from testbed.run.sweep_run import plan_sweep, run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 INCAST = REPO / "scenarios" / "incast.yaml"

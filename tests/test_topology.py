@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from testbed.config import FabricConfig, FabricShape, QosConfig
-from testbed.topology import build_topology, compute_routes, link_ends
+from testbed.config.models import FabricConfig, FabricShape, QosConfig
+from testbed.topology.graph import build_topology, compute_routes, link_ends
 
 
 def topo_of(lossy: bool = False, **shape):
@@ -171,7 +171,7 @@ def test_one_parallel_link_fails_alone() -> None:
 def test_rerouter_fails_just_that_link() -> None:
     from types import SimpleNamespace
 
-    from testbed.control import Rerouter
+    from testbed.control.p4runtime import Rerouter
 
     class AnyBuilder:
         def __getattr__(self, name: str):

@@ -35,7 +35,6 @@ import struct
 import time
 from dataclasses import asdict
 
-from testbed.constants import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS
 from traffic.dcqcn import DcqcnParams, NotificationPoint
 from traffic.endpoint_config import (
     CNP_TC,
@@ -65,6 +64,7 @@ from traffic.packets import (
     parse_pfc,
     parse_roce,
 )
+from traffic.wire import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS, ROCEV2_UDP_PORT
 
 __all__ = [
     "CNP_TC", "MESSAGE_COLUMNS", "PFC_QUANTUM_BITS", "QP_COLUMNS", "STATS_COLUMNS",
@@ -153,7 +153,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         # Hold UDP 4791 so the host kernel does not answer RoCE with ICMP port unreachable.
         self.quiet = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.quiet.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        self.quiet.bind((self.cfg.ip, 4791))
+        self.quiet.bind((self.cfg.ip, ROCEV2_UDP_PORT))
         self._open_control()
 
     def close(self) -> None:

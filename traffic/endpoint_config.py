@@ -8,15 +8,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.constants import LOCAL_ACK_TIMEOUT, NUM_TCS, RETRY_COUNT
 from traffic.dcqcn import PROFILES
-from traffic.packets import DSCP_CNP
 from traffic.qp import DEFAULT_RTO_S, local_ack_timeout_s
+from traffic.wire import DSCP_CNP, DSCP_ROCE, LOCAL_ACK_TIMEOUT, NUM_TCS, RETRY_COUNT
 
 #: DSCP for each traffic class when no table is given (run by hand): the class selectors, and
 #: 26 for RoCE. The testbed passes its fabric's own (--tc-dscp, from qos.dscp_to_tc_map), so
 #: that each class lands in that class at the switches.
-TC_TO_DSCP = {0: 0, 1: 8, 2: 16, 3: 26, 4: 32, 5: 40, 6: 48, 7: 56}
+TC_TO_DSCP = {tc: tc << 3 for tc in range(NUM_TCS)} | {3: DSCP_ROCE}
 #: The class of CNPs when none is given: where DSCP_CNP lands in the fabric's default map.
 CNP_TC = 6
 

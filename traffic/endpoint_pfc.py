@@ -9,8 +9,8 @@ import collections
 import random
 from typing import TYPE_CHECKING
 
-from testbed.constants import NUM_TCS, PFC_MAX_QUANTA, PFC_QUANTUM_BITS
 from traffic.packets import parse_roce, pfc_frame
+from traffic.wire import NUM_TCS, PFC_MAX_QUANTA, PFC_QUANTUM_BITS
 
 if TYPE_CHECKING:
     from traffic.endpoint_config import EndpointConfig

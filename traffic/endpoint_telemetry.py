@@ -9,12 +9,18 @@ import csv
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from testbed.constants import NUM_TCS
 from traffic.packets import REJECT_REASONS
+from traffic.wire import NUM_TCS
 
 if TYPE_CHECKING:
     from traffic.endpoint_config import EndpointConfig
     from traffic.endpoint_qps import QpState
+
+#: The endpoint's two files in its folder of the results (``endpoints/<host>/``), named here,
+#: by their writer, since traffic/ imports nothing of the testbed (testbed.results.files
+#: re-exports them with every other name of a results folder).
+QP_FILE = "qp_timeseries.csv"
+MESSAGES_FILE = "messages.csv"
 
 QP_COLUMNS = [
     ("t_s", "seconds on the run's clock (the endpoint's own start when run by hand)"),
@@ -110,10 +116,10 @@ class Telemetry:
         self._next_sample = 0.0
         cfg = self.cfg
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
-        self._qp_csv = open(cfg.out_dir / "qp_timeseries.csv", "w", newline="")  # noqa: SIM115
+        self._qp_csv = open(cfg.out_dir / QP_FILE, "w", newline="")  # noqa: SIM115
         self._qp_w = csv.writer(self._qp_csv)
         self._qp_w.writerow([c for c, _ in QP_COLUMNS])
-        self._msg_csv = open(cfg.out_dir / "messages.csv", "w", newline="")  # noqa: SIM115
+        self._msg_csv = open(cfg.out_dir / MESSAGES_FILE, "w", newline="")  # noqa: SIM115
         self._msg_w = csv.writer(self._msg_csv)
         self._msg_w.writerow([c for c, _ in MESSAGE_COLUMNS])
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from testbed.names import NAME_PATTERN
+from traffic.names import NAME_PATTERN
 
 MAX_QPS_PER_FLOW = 64
 

@@ -13,8 +13,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-from testbed.constants import ROCEV2_UDP_PORT
 from traffic.packets import DSCP_ROCE, ECN_ECT0, RETH_OPCODES
+from traffic.wire import ROCEV2_UDP_PORT
 
 __all__ = ["AETH", "BTH", "CNPPadding", "PFC", "RETH", "scapy_roce"]
 

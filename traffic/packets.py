@@ -25,13 +25,18 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from testbed.constants import (
+from traffic.wire import (
+    AETH_LEN,
+    BTH_LEN,
+    DSCP_ROCE,
     ETH_P_IP,
     ETH_P_MAC_CONTROL,
+    ICRC_LEN,
     IP_PROTO_UDP,
     MAC_CONTROL_PFC,
     NUM_TCS,
     PFC_DST_MAC,
+    RETH_LEN,
     ROCEV2_UDP_PORT,
 )
 
@@ -62,8 +67,6 @@ AETH_CREDITS_UNLIMITED = 0x1F
 SYNDROME_ACK = 0x00 | AETH_CREDITS_UNLIMITED
 SYNDROME_NAK_PSN_SEQ = 0x60  # NAK, PSN sequence error (rxe's AETH_NAK_PSN_SEQ_ERROR)
 
-DSCP_ROCE = 26
-DSCP_CNP = 48
 ECN_ECT0 = 0b10
 ECN_CE = 0b11
 
@@ -71,10 +74,6 @@ ECN_CE = 0b11
 IPV4_VER_IHL = 0x45
 #: IPv4 flags and fragment offset: MF and the 13 offset bits (DF and the reserved bit are not).
 IPV4_MF_OFFSET = 0x3FFF
-BTH_LEN = 12
-RETH_LEN = 16
-AETH_LEN = 4
-ICRC_LEN = 4
 PSN_MASK = 0xFFFFFF
 # opcode, flags (SE, M, pad, version), P_Key, FECN/BECN/reserved + DestQP, AckReq + PSN
 _BTH = struct.Struct("!BBHII")

@@ -15,7 +15,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from testbed.constants import LOCAL_ACK_TIMEOUT, RETRY_COUNT
 from traffic.dcqcn import REFERENCE_LINK_BPS
 from traffic.packets import (
     FIRST_OPCODES,
@@ -37,6 +36,7 @@ from traffic.packets import (
     psn_add,
     psn_diff,
 )
+from traffic.wire import LOCAL_ACK_TIMEOUT, RETRY_COUNT
 
 _PERIOD = 251  # a prime, so the pattern does not line up with packet sizes
 _PATTERN = bytes(i % _PERIOD for i in range(_PERIOD * 2 + 65536))

@@ -1,6 +1,6 @@
 """The switch agent: what a switch OS does in software, one process per switch, inside the
 switch's network namespace, or one process for every switch, which opens each switch's sockets
-inside its namespace (:mod:`testbed.netns`; config ``agent.one_process``). Its jobs, one
+inside its namespace (:mod:`testbed.machine.netns`; config ``agent.one_process``). Its jobs, one
 module each:
 
 * :mod:`~testbed.agent.pause`: PFC frames arriving on a port close and open that port's class
@@ -13,11 +13,14 @@ module each:
 * :mod:`~testbed.agent.switch`: the agent itself and its single-threaded loop, whose periodic
   jobs :mod:`~testbed.agent.schedule` lays out.
 
-What it writes is :mod:`testbed.results`'s: ``<switch>.telemetry.csv``, ``<switch>.events.csv``
-and ``<switch>.pfcwd.json``.
+What it writes is :mod:`testbed.results.telemetry`'s: ``<switch>.telemetry.csv``,
+``<switch>.events.csv`` and ``<switch>.pfcwd.json``.
 
 Run by the testbed as ``python -m testbed.agent CONFIG.json [CONFIG.json ...]``, one config
 per switch; each is written by :func:`agent_config`.
+
+May import: config, machine, topology, budget, results (and traffic's frame formats). It runs
+in its own process, so it imports nothing that starts or drives a fabric.
 """
 
 from testbed.agent.config import AgentConfig, AgentPort, agent_config

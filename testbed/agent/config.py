@@ -8,8 +8,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed.ports import PortSpec
-from testbed.safepath import read_own
+from testbed.machine.ports import PortSpec
+from testbed.machine.safepath import read_own
 
 
 @dataclass

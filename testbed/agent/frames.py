@@ -9,15 +9,9 @@ import struct
 import time
 from collections.abc import Iterator
 
-from testbed.constants import (
-    ETH_P_ALL,
-    ETH_P_MAC_CONTROL,
-    ETH_P_TICK,
-    NUM_TCS,
-    PACKET_OUTGOING,
-    TICK_SENT_UNKNOWN,
-)
+from testbed.config.constants import ETH_P_TICK, TICK_SENT_UNKNOWN
 from traffic.packets import PFC_BODY
+from traffic.wire import ETH_HEADER_LEN, ETH_P_ALL, ETH_P_MAC_CONTROL, NUM_TCS, PACKET_OUTGOING
 
 SO_ATTACH_FILTER = 26
 #: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808, drop the rest.
@@ -49,7 +43,7 @@ def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
 #: Where a PFC frame our switch sends says on whose account (p4/headers.p4's pfc_cause_h):
 #: after the Ethernet header and the opcode, class vector and eight pause times.
 PFC_CAUSE = struct.Struct("!H")
-PFC_CAUSE_OFFSET = 14 + PFC_BODY.size
+PFC_CAUSE_OFFSET = ETH_HEADER_LEN + PFC_BODY.size
 
 
 def pfc_cause(frame: bytes) -> tuple[int, int] | None:

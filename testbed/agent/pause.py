@@ -2,7 +2,7 @@
 its quanta (512 bit times of the link each); a later frame extends or, with quanta 0, ends the
 pause. This is the MAC's job in a real switch; here the agent reads the frames straight off the
 port, so BMv2 is not on the reaction path. Every pause, resume and expiry is an event
-(:class:`testbed.results.EventRow`)."""
+(:class:`testbed.results.telemetry.EventRow`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from testbed.agent.config import AgentConfig, AgentPort
-from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS
-from testbed.pfcwd import QueueState
-from testbed.ports import PortGates
-from testbed.results import CsvWriter, EventRow
+from testbed.agent.pfcwd import QueueState
+from testbed.machine.ports import PortGates
+from testbed.results.telemetry import CsvWriter, EventRow
+from traffic.wire import NUM_TCS, PFC_QUANTUM_BITS
 
 
 @dataclass
@@ -31,7 +31,7 @@ class PauseState:
 class WatchdogState:
     """The pause code's window on the watchdog for one (port, class). on_pfc records when PFC
     arrived, which the agent feeds the watchdog as an observation; it and _resume ask whether
-    the queue is in a storm, which only the watchdog (:mod:`testbed.pfcwd`) decides."""
+    the queue is in a storm, which only the watchdog (:mod:`testbed.agent.pfcwd`) decides."""
 
     last_pfc: float | None = None  # clock() when the last PFC frame for the class arrived
     queue: QueueState | None = None  # the watchdog's state of the queue, if it watches it

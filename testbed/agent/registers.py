@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from testbed.constants import port_tc_cell
-from testbed.netns import inside
+from testbed.config.constants import port_tc_cell
+from testbed.machine.netns import inside
 
 if TYPE_CHECKING:  # Thrift is imported where a switch is served
     from testbed.agent.thrift_batch import Bmv2Thrift, Call

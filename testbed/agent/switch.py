@@ -22,12 +22,12 @@ from testbed.agent.registers import P4Registers, RegisterReader
 from testbed.agent.schedule import Periodic, offset_slots, window
 from testbed.agent.telemetry import TelemetryMixin
 from testbed.agent.watchdog import WatchdogMixin
-from testbed.constants import NUM_TCS
-from testbed.netns import inside
-from testbed.ports import PortGates
-from testbed.results import events_writer, telemetry_writer
-from testbed.tcstats import QdiscReader
+from testbed.machine.netns import inside
+from testbed.machine.ports import PortGates
+from testbed.machine.tcstats import QdiscReader
+from testbed.results.telemetry import events_writer, telemetry_writer
 from traffic.packets import parse_pfc
+from traffic.wire import NUM_TCS
 
 
 class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):

@@ -8,8 +8,8 @@
   pause standing on a neighbour.
 * Telemetry: kernel backlog, drops and sent counters per (port, class), the pause states and
   the P4 program's view of each lossless queue, every sample period, as
-  :class:`testbed.results.TelemetryRow` records: for the classes traffic can reach (the DSCP
-  map's, the default class), the lossless classes and any class PFC named; the last sample,
+  :class:`testbed.results.telemetry.TelemetryRow` records: for the classes traffic can reach (the
+  DSCP map's, the default class), the lossless classes and any class PFC named; the last sample,
   when the agent stops, has every class.
 """
 
@@ -22,12 +22,13 @@ from functools import cached_property
 from testbed.agent.config import AgentConfig
 from testbed.agent.frames import tick_frame
 from testbed.agent.pause import PortRuntime
+from testbed.agent.pfcwd import PfcWatchdog
 from testbed.agent.registers import RegisterReader
-from testbed.constants import NUM_TCS, PFC_QUANTUM_BITS, TICK_TIMER_ONLY, gate_major
-from testbed.pfcwd import PfcWatchdog
-from testbed.ports import ClassStats
-from testbed.results import CsvWriter, TelemetryRow
-from testbed.tcstats import QdiscReader, by_ifindex
+from testbed.config.constants import TICK_TIMER_ONLY, gate_major
+from testbed.machine.ports import ClassStats
+from testbed.machine.tcstats import QdiscReader, by_ifindex
+from testbed.results.telemetry import CsvWriter, TelemetryRow
+from traffic.wire import NUM_TCS, PFC_QUANTUM_BITS
 
 #: After the switch sends PFC or a lossless queue holds packets, tick fast for this long.
 BUSY_HOLD_S = 1.0

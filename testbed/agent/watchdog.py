@@ -5,10 +5,10 @@ forward: stop honouring PFC; alert: log). It is restored once no PFC has arrived
 restoration time. SONiC also asks that the PFC counter rose since the last poll; here a pause
 lasts up to 3.4 s (the quanta scale with the link), so "a pause is in force" stands for it.
 
-The decisions are :mod:`testbed.pfcwd`'s (a pure state machine); here is only what it observes
+The decisions are :mod:`testbed.agent.pfcwd`'s (a pure state machine); here is only what it observes
 (kernel counters, pause state) and what its actions do. The state is written to
-``<switch>.pfcwd.json`` (:class:`testbed.results.PfcwdState`) for the Mininet CLI's ``pfcwd``
-command.
+``<switch>.pfcwd.json`` (:class:`testbed.results.telemetry.PfcwdState`) for the Mininet CLI's
+``pfcwd`` command.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dataclasses import replace
 
 from testbed.agent.config import AgentConfig
 from testbed.agent.pause import PortRuntime
+from testbed.agent.pfcwd import PfcWatchdog, QueueObservation, StormDetected, StormRestored
 from testbed.agent.registers import P4Registers
-from testbed.pfcwd import PfcWatchdog, QueueObservation, StormDetected, StormRestored
-from testbed.ports import ClassStats
-from testbed.results import PfcwdQueue, PfcwdState, write_pfcwd
+from testbed.machine.ports import ClassStats
+from testbed.results.telemetry import PfcwdQueue, PfcwdState, write_pfcwd
 
 
 class WatchdogMixin:
@@ -40,8 +40,8 @@ class WatchdogMixin:
 
     @functools.cached_property
     def watchdog(self) -> PfcWatchdog:
-        """The watchdog, its defaults from testbed.config.PfcWatchdogConfig (one definition). Each
-        watched queue's :class:`WatchdogState` is bound to the watchdog's state of it, so the
+        """The watchdog, its defaults from testbed.config.models.PfcWatchdogConfig (one definition).
+        Each watched queue's :class:`WatchdogState` is bound to the watchdog's state of it, so the
         pause code reads the storm from the one place that decides it."""
         wd = PfcWatchdog.from_agent(self.cfg.watchdog, self.ports, self.cfg.lossless)
         for (n, tc), q in wd.queues.items():

@@ -24,7 +24,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from testbed.names import FILE_PATTERN, NAME_PATTERN
+from traffic.names import FILE_PATTERN, NAME_PATTERN
 
 #: Sections every lab sheet has, in this order (the issue's list).
 SHEET_SECTIONS = ("Goals", "Background", "Steps", "Questions", "What you should see")

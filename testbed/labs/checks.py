@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.config import ConfigError
+from testbed.config.models import ConfigError
 from testbed.labs import checks_fabric, checks_pfc, checks_traffic  # noqa: F401 (registers)
 from testbed.labs.catalog import CheckSpec, Lab
 from testbed.labs.evidence import MissingRun, newest_by_name, runs_under

@@ -1,6 +1,6 @@
 """Lab 1's checks: the student's answers (``answers.yaml``) about the fabric they brought up,
-graded against what the project's own pure code says of that fabric (testbed.topology, the
-ECMP hash configuration, testbed.constants): nothing here is a hard-coded answer."""
+graded against what the project's own pure code says of that fabric (testbed.topology.graph, the
+ECMP hash configuration, testbed.config.constants): nothing here is a hard-coded answer."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import yaml
 
-from testbed.config import ConfigError, FabricConfig
-from testbed.constants import ROCEV2_UDP_PORT
+from testbed.config.models import ConfigError, FabricConfig
 from testbed.labs.verdict import Context, Verdict, check, failed, passed
-from testbed.topology import Topology, build_topology, compute_routes
-from testbed.validate import load_config
+from testbed.topology.graph import Topology, build_topology, compute_routes
+from testbed.topology.validate import load_config
+from traffic.wire import ROCEV2_UDP_PORT
 
 #: Hash fields that are the same for every QP between two hosts: addresses, protocol (UDP) and
 #: the destination port (RoCEv2's 4791). What is left in the hash is a QP's own entropy.

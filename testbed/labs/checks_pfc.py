@@ -1,15 +1,16 @@
 """Checks on PFC's failure modes: the deadlock of a cyclic buffer dependency (lab 6) and the
 PFC watchdog that breaks it (lab 7). They read the summary's ``deadlock`` section (the queues
-stuck after the senders stopped, every watchdog detection: testbed.analysis) and the events."""
+stuck after the senders stopped, every watchdog detection: testbed.analysis.deadlock) and the
+events."""
 
 from __future__ import annotations
 
-from testbed.config import ConfigError
+from testbed.config.models import ConfigError
 from testbed.labs.cycles import find_cycle, flow_paths, wait_for
 from testbed.labs.evidence import RunData
 from testbed.labs.verdict import Context, Verdict, check, failed, moved, passed
-from testbed.results import run_events
-from testbed.scenario import parse_scenario
+from testbed.results.telemetry import run_events
+from testbed.run.scenario import parse_scenario
 
 
 def _deadlock(run: RunData) -> dict:
@@ -122,7 +123,7 @@ def _field(detail: str, key: str) -> int:
 
 def dropped_by_watchdog(run: RunData) -> int:
     """Packets the watchdog's drop action discarded: ``dropped=N`` of each restoration
-    (testbed.pfcwd.StormRestored), and for a storm still open at the end the backlog it purged
+    (testbed.agent.pfcwd.StormRestored), and for a storm still open at the end the backlog it purged
     when detected (``backlog_packets=N``)."""
     total = 0
     open_storms: dict = {}

@@ -4,10 +4,11 @@ runs' results folders; none passes a run that did not show its phenomenon."""
 
 from __future__ import annotations
 
+from testbed.analysis.phenomena import jain_index
 from testbed.labs.evidence import RunData, marked_fraction, uplink_bytes
 from testbed.labs.flows import dcqcn_state, goodput_bps
 from testbed.labs.verdict import Context, Verdict, check, failed, moved, passed
-from testbed.phenomena import jain_index
+from traffic.wire import DSCP_ROCE
 
 
 def _retransmitted(run: RunData) -> int:
@@ -116,7 +117,8 @@ def marks_moved(ctx: Context, run: RunData, baseline: str, receiver: str, tc: in
         classes = sorted(run.config.get("qos", {}).get("ecn", {}))
         return failed(f"class {tc} has no WRED profile in this run (profiles on classes "
                       f"{', '.join(classes) or 'none'})",
-                      f"RoCE data is class {tc} (DSCP 26): put your profile under qos.ecn.{tc}")
+                      f"RoCE data is class {tc} (DSCP {DSCP_ROCE}): put your profile under "
+                      f"qos.ecn.{tc}")
     if mine == _profile(base, tc):
         return failed("your profile is the baseline's", "change Kmin, Kmax or Pmax")
     f_base, _ = marked_fraction(base, receiver, tc)

@@ -13,8 +13,8 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from testbed.labs.catalog import Lab, LabError, all_labs, find_lab
-from testbed.owner import make_results_dir, sudo_owner
-from testbed.safepath import UnsafePath
+from testbed.machine.owner import make_results_dir, sudo_owner
+from testbed.machine.safepath import UnsafePath
 
 lab_app = typer.Typer(no_args_is_help=True, help="Classroom labs: a sheet, a setting to change, "
                       "an experiment, and a grade.")

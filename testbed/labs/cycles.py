@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ipaddress import IPv4Address, ip_network
 
-from testbed.scenario import Scenario
-from testbed.topology import Topology, compute_routes, link_ends
+from testbed.run.scenario import Scenario
+from testbed.topology.graph import Topology, compute_routes, link_ends
 
 Queue = tuple[str, str]  # (switch, the neighbour its egress queue sends to)
 MAX_HOPS = 16

@@ -14,9 +14,18 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from testbed.config import DEFAULT_LINK_MBPS
-from testbed.constants import NUM_TCS
-from testbed.results import TelemetryRow, run_telemetry
+from testbed.config.models import DEFAULT_LINK_MBPS
+from testbed.results.files import (
+    ENDPOINTS_DIR,
+    P4_COUNTERS_FILE,
+    QP_FILE,
+    SCENARIO_FILE,
+    SUMMARY_FILE,
+    TOPOLOGY_FILE,
+)
+from testbed.results.summary import read_summary
+from testbed.results.telemetry import TelemetryRow, last_p4_counters, run_telemetry
+from traffic.wire import NUM_TCS
 
 #: The P4 program's per-(port, class) counters (p4/egress.p4, p4/lossless.p4), as
 #: p4_counters.csv names them: a cell is indexed port * NUM_TCS + class.
@@ -37,7 +46,7 @@ class RunData:
 
     @classmethod
     def load(cls, path: Path) -> RunData:
-        return cls(path, json.loads((path / "summary.json").read_text()))
+        return cls(path, dict(read_summary(path)))
 
     @property
     def name(self) -> str:
@@ -46,7 +55,7 @@ class RunData:
     @cached_property
     def scenario(self) -> dict:
         """The scenario as it was run: ``config`` (the fabric config) and the extras."""
-        p = self.path / "scenario.json"
+        p = self.path / SCENARIO_FILE
         return json.loads(p.read_text()) if p.exists() else {}
 
     @property
@@ -55,19 +64,13 @@ class RunData:
 
     @cached_property
     def topology(self) -> dict:
-        return json.loads((self.path / "topology.json").read_text())
+        return json.loads((self.path / TOPOLOGY_FILE).read_text())
 
     @cached_property
     def counters(self) -> dict[tuple[str, str, int], tuple[int, int]]:
         """Each P4 counter cell's last sample: (switch, counter, index) -> (packets, bytes)."""
-        out: dict[tuple[str, str, int], tuple[int, int]] = {}
-        p = self.path / "p4_counters.csv"
-        if p.exists():
-            with open(p) as fh:
-                for r in csv.DictReader(fh):
-                    out[(r["switch"], r["counter"], int(r["index"]))] = (int(r["packets"]),
-                                                                         int(r["bytes"]))
-        return out
+        p = self.path / P4_COUNTERS_FILE
+        return last_p4_counters(p) if p.exists() else {}
 
     def port_tc(self, switch: str, counter: str, port: int, tc: int) -> tuple[int, int]:
         """A per-(port, class) counter's last (packets, bytes)."""
@@ -79,7 +82,7 @@ class RunData:
 
     def qp_series(self, host: str) -> list[dict]:
         """A host's QP time series (traffic.endpoint_telemetry.QP_COLUMNS), as dicts."""
-        p = self.path / "endpoints" / host / "qp_timeseries.csv"
+        p = self.path / ENDPOINTS_DIR / host / QP_FILE
         if not p.exists():
             return []
         with open(p) as fh:
@@ -111,7 +114,7 @@ class RunData:
         """Why this run cannot be graded (None: it can): its summary has no fidelity verdict,
         or the verdict is not ok. A lab's answer rests on a faithful run, never on one the
         guard flagged or could not judge."""
-        from testbed.fidelity import verdict_problem
+        from testbed.analysis.fidelity import verdict_problem
 
         return verdict_problem(self.summary.get("fidelity"))
 
@@ -134,13 +137,13 @@ def uplink_bytes(run: RunData, leaf: str, tc: int) -> dict[int, int]:
 
 def runs_under(results: Path) -> list[RunData]:
     """Every finished run at ``results``: the folder itself, or the run folders in it."""
-    if (results / "summary.json").exists():
+    if (results / SUMMARY_FILE).exists():
         return [RunData.load(results)]
     if not results.is_dir():
         return []
     out = []
     for p in sorted(results.iterdir()):
-        if (p / "summary.json").exists():
+        if (p / SUMMARY_FILE).exists():
             try:
                 out.append(RunData.load(p))
             except (OSError, json.JSONDecodeError):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from testbed.labs.evidence import RunData, marked_fraction, uplink_bytes
-from testbed.topology import Topology
+from testbed.topology.graph import Topology
 
 
 def _pyplot():
@@ -153,8 +153,8 @@ def main(argv: list[str]) -> None:
         dcqcn_figure(RunData.load(Path(argv[1])), Path(argv[2]))
         return
     if kind == "fabric":
-        from testbed.topology import build_topology
-        from testbed.validate import load_config
+        from testbed.topology.graph import build_topology
+        from testbed.topology.validate import load_config
 
         fabric_figure(build_topology(load_config(argv[1])), Path(argv[2]))
         return

@@ -4,7 +4,7 @@ timeline's ``start``), as the scenario's ``start_s`` counts them."""
 
 from __future__ import annotations
 
-from testbed.headline_series import run_start as run_start_of
+from testbed.analysis.headline_series import run_start as run_start_of
 from testbed.labs.evidence import RunData
 
 

@@ -26,17 +26,18 @@ from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from testbed.config import FabricConfig
-from testbed.constants import AGENT_PORT, ETH_P_MAC_CONTROL, NUM_TCS, PFC_DST_MAC
-from testbed.control import SwitchSession
-from testbed.entries import (
+from testbed.config.constants import AGENT_PORT
+from testbed.config.models import FabricConfig
+from testbed.control.entries import (
     BMV2_JSON_PATH,
     INGRESS,
     EntryBuilder,
     build_switch_program,
     load_p4info,
 )
-from testbed.topology import NextHop, Port, Route, Switch
+from testbed.control.p4runtime import SwitchSession
+from testbed.topology.graph import NextHop, Port, Route, Switch
+from traffic.wire import ETH_P_MAC_CONTROL, NUM_TCS, PFC_DST_MAC
 
 SW_MAC = {p: f"02:4c:00:01:00:{p:02x}" for p in range(1, 6)}
 PEER_MAC = {1: "02:00:0a:00:01:01", 2: "02:51:00:01:00:01", 3: "02:51:00:02:00:01",
@@ -320,7 +321,7 @@ def tick(port: int, tc: int, backlog: int) -> bytes:
 
 
 def profile(tc: int = 3, rate: float = SLOW_MBPS):
-    from testbed.qos import queue_profiles
+    from testbed.topology.qos import queue_profiles
 
     return queue_profiles(FabricConfig().qos, rate)[tc]
 
@@ -447,7 +448,7 @@ class XoffRenewalFollowsTheIngressLink(RoceSwitchTest):
     pause would lapse while the queue was still full, and its sender flood the buffer."""
 
     def runTest(self) -> None:
-        from testbed.qos import pause_renewal_us
+        from testbed.topology.qos import pause_renewal_us
 
         p = profile()
         tu.send_packet(self, AGENT_PORT, tick(SLOW_PORT, 3, p.xoff + 1000))
@@ -509,7 +510,7 @@ class PauseDrainsWhatTheClosingGateLetsThrough(RoceSwitchTest):
     that refreshes the pause in force drains nothing more."""
 
     def runTest(self) -> None:
-        from testbed.qos import gate_leak_roce_bytes
+        from testbed.topology.qos import gate_leak_roce_bytes
 
         leak = gate_leak_roce_bytes(FabricConfig().fabric.mtu)
         assert leak == 2 * 4170

@@ -1,0 +1,204 @@
+"""Was this run a faithful emulation? The fidelity guard of every run.
+
+A lossless class that loses packets teaches the wrong lesson when the loss came from the
+emulation falling behind rather than from the protocol. Each check below compares one figure a
+run measured with the budget that the emulation's own guarantees rest on; a run passes when
+every check does, and otherwise its summary, the CLI and the report say which failed and why.
+
+* ``lossless_drops``: packets a lossless class dropped while PFC was on. With PFC the only loss
+  a real switch allows is a headroom overflow, which the buffer sizing here is meant to rule out.
+  What the PFC watchdog's drop action discarded is by design and counted apart
+  (``watchdog_drops``, in the verdict): every other drop of a lossless class, before a
+  detection or after it, counts.
+* ``pipeline_drops``: packets the P4 program itself discarded (no route, TTL, a bad checksum,
+  a parse error; PFC frames the switch consumes are not a loss): the pipeline lost them.
+* ``hidden_loss``: frames a switch's veth received that the P4 program never saw (BMv2 lost
+  them in front of its pipeline: arrivals faster than it serves them).
+* ``host_loss``: frames an endpoint lost at its own socket: its receive buffer overflowed
+  while the process waited for a core, or the kernel refused a send. Go-Back-N then resends,
+  and out-of-order packets and NAKs appear that the fabric did not cause.
+* ``buffer_exceeded``: how far a lossless queue's occupancy (its kernel backlog plus what BMv2
+  held for it) went past its configured buffer. Past it, a real switch with this headroom
+  would have dropped; the emulation keeps a slack beyond it (``qos.pfc.emulation_slack_ms``)
+  so that its own delays do not read as a protocol result, and says so here.
+* ``phantom_below``: how far the program's phantom queue stood below the switch's real
+  occupancy at a resync. Whatever it hides, XOFF comes late by as much, and it is taken out of
+  the headroom; beyond the headroom a drop is possible.
+* ``bmv2_lag``: the longest BMv2 held a lossless packet (its arrival to its egress pass). What
+  such a hold does to the buffers, ``phantom_below`` and ``buffer_exceeded`` judge; but a switch
+  that holds packets that long no longer keeps the protocol's time: past ``fidelity.bmv2_lag_ms``
+  the hold is a sizeable part of the scaled DCQCN timers and of the watchdog's polling interval.
+* ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part:
+  an XOFF's (a late pause overfills the headroom) and an XON's (a late resume idles the link).
+* ``cpu_saturated``: the longest stretch in which every core was busy; past it, none of the
+  times above can be trusted to hold.
+
+A check whose figure was not measured (the counters could not be read, an endpoint did not
+answer, an agent wrote no telemetry) is ``unknown``, and an unknown is not ok: a run is
+faithful only when every check that applies was measured and passed. The verdict names each
+missing figure and why it is missing.
+
+Pure: the figures come in, a verdict goes out (:func:`assess`); reading the results folder is
+:mod:`testbed.analysis.deadlock`'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+#: The checks that apply only while PFC is on; the others apply to every run.
+LOSSLESS_ONLY = ("lossless_drops", "buffer_exceeded", "phantom_below", "bmv2_lag",
+                 "agent_reaction")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What a run measured, for the checks. None: not measured, and ``unmeasured`` says why
+    (keyed by the check's name); the check is then unknown, which is not ok."""
+
+    pfc_enabled: bool
+    lossless_drops: int | None = None  # lossless-class drops that were not the watchdog's
+    pipeline_drops: int | None = None
+    hidden_loss: int | None = None
+    host_loss: int | None = None  # frames the endpoints lost at their own sockets
+    phantom_below_bytes: int | None = None  # largest (occupancy - phantom) seen at a resync
+    buffer_exceeded_bytes: int | None = None  # largest occupancy beyond a configured buffer
+    bmv2_lag_us: int | None = None
+    agent_reaction_us: int | None = None
+    cpu_saturated_s: float | None = None
+    #: Packets the PFC watchdog's drop action discarded: by design, so no check of its own,
+    #: but said in the verdict beside the drops that do count.
+    watchdog_drops: int | None = None
+    unmeasured: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """What the emulation's guarantees allow."""
+
+    headroom_bytes: int  # the smallest lossless headroom of any port
+    reaction_us: int  # qos.pfc.reaction_ms
+    bmv2_lag_us: int  # fidelity.bmv2_lag_ms
+    cpu_saturated_s: float  # fidelity.cpu_saturated_s
+
+
+Status = Literal["ok", "failed", "unknown"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool  # measured and within its limit
+    value: float | int | None  # None: not measured
+    limit: float | int
+    reason: str  # said when not ok
+    status: Status = "ok"
+
+
+def checks(fig: Figures, budget: Budgets) -> list[Check]:
+    """Every check that applies to the run (the lossless ones while PFC is on), measured or
+    not: one not measured is ``unknown``."""
+    out: list[Check] = []
+
+    def add(name: str, value: float | int | None, limit: float | int, reason: str) -> None:
+        if name in LOSSLESS_ONLY and not fig.pfc_enabled:
+            return
+        if value is None:
+            why = fig.unmeasured.get(name, "not measured")
+            out.append(Check(name, False, None, limit, f"{name} unknown: {why}", "unknown"))
+            return
+        ok = value <= limit
+        out.append(Check(name, ok, value, limit, reason.format(v=value, lim=limit),
+                         "ok" if ok else "failed"))
+
+    add("lossless_drops", fig.lossless_drops, 0,
+        "{v} packets dropped in a lossless class while PFC was on (not by the PFC watchdog's "
+        "drop action)")
+    add("pipeline_drops", fig.pipeline_drops, 0,
+        "{v} packets discarded by the P4 program itself (no route, TTL, checksum or parse "
+        "error): see the drop reasons in p4_counters.csv")
+    add("hidden_loss", fig.hidden_loss, 0,
+        "{v} frames lost in front of BMv2 (a veth received them, the P4 program never saw "
+        "them): the switches could not keep up with the offered packets")
+    add("host_loss", fig.host_loss, 0,
+        "{v} frames lost at the hosts' own sockets (an endpoint did not keep up: its receive "
+        "buffer overflowed or the kernel refused a send), as a NIC's buffers would overflow")
+    add("buffer_exceeded", fig.buffer_exceeded_bytes, 0,
+        "a lossless queue held {v} bytes beyond its buffer (xoff + headroom per ingress "
+        "port): a real switch with this headroom would have dropped them; the emulation's "
+        "slack (qos.pfc.emulation_slack_ms) absorbed what its own delays let in")
+    add("phantom_below", fig.phantom_below_bytes, budget.headroom_bytes,
+        "the P4 phantom queue stood {v} bytes below the real occupancy, more than the "
+        "{lim}-byte headroom covers")
+    add("bmv2_lag", fig.bmv2_lag_us, budget.bmv2_lag_us,
+        "BMv2 held a lossless packet {v} us, beyond {lim} us (fidelity.bmv2_lag_ms): the "
+        "switches did not keep the protocol's time")
+    add("agent_reaction", fig.agent_reaction_us, budget.reaction_us,
+        "a switch agent took {v} us to apply a PFC frame (pause or resume), beyond the {lim} "
+        "us reaction "
+        "time the headroom is sized for (qos.pfc.reaction_ms)")
+    add("cpu_saturated", fig.cpu_saturated_s, budget.cpu_saturated_s,
+        "every CPU core was busy for {v} s at a stretch (limit {lim} s, "
+        "fidelity.cpu_saturated_s): timings were not the emulation's own")
+    return out
+
+
+def assess(fig: Figures, budget: Budgets) -> dict:
+    """The summary's ``fidelity`` section: ``ok`` (every check measured and passed), the
+    reasons when not, the checks not measured, and every check."""
+    cs = checks(fig, budget)
+    return {"ok": all(c.ok for c in cs),  # never empty: host_loss and the others always apply
+            "reasons": [c.reason for c in cs if not c.ok],
+            "unknown": [c.name for c in cs if c.status == "unknown"],
+            "watchdog_drops": fig.watchdog_drops,
+            "checks": [asdict(c) for c in cs]}
+
+
+def unmade(why: str) -> dict:
+    """The verdict of a run whose figures could not be gathered at all (its telemetry summary
+    failed): not ok, with why."""
+    return {"ok": False, "reasons": [f"the fidelity guard could not judge this run: {why}"],
+            "unknown": ["all"], "watchdog_drops": None, "checks": []}
+
+
+def verdict_problem(section: dict | None) -> str | None:
+    """Why a run's results do not count as a faithful emulation (None: they do): its summary
+    has no verdict, or the verdict is not ok. One reading for every consumer (labs, tests,
+    benchmarks, docs)."""
+    if not section:
+        return "the run has no fidelity verdict (its telemetry summary was not written)"
+    if not section.get("ok"):
+        return "; ".join(section.get("reasons") or ["the fidelity verdict is not ok"])
+    return None
+
+
+def lines(section: dict | None) -> list[str]:
+    """The fidelity section in words, for the CLI and report.md."""
+    if not section:
+        return [f"FIDELITY UNKNOWN: {verdict_problem(section)}"]
+    if section["ok"]:
+        names = ", ".join(c["name"] for c in section["checks"])
+        wd = section.get("watchdog_drops")
+        extra = f"; the PFC watchdog's drop action discarded {wd} packets" if wd else ""
+        return [f"FIDELITY OK: the emulation kept up ({names}){extra}"]
+    failed = any(c.get("status", "failed") == "failed" for c in section["checks"]
+                 if not c["ok"]) or not section["checks"]
+    head = ("FIDELITY NOT OK: this run's results are not a faithful emulation:" if failed else
+            "FIDELITY UNKNOWN: not every check was measured, so this run does not count as "
+            "faithful:")
+    return [head, *(f"  - {r}" for r in section["reasons"])]
+
+
+def longest_run(samples: list[tuple[float, float]], threshold: float) -> float:
+    """The longest stretch of consecutive (t, value) samples with value >= threshold, in
+    seconds from the first such sample to the last (a single sample counts as zero)."""
+    best = 0.0
+    start: float | None = None
+    for t, v in samples:
+        if v >= threshold:
+            start = t if start is None else start
+            best = max(best, t - start)
+        else:
+            start = None
+    return round(best, 3)
