@@ -29,7 +29,9 @@ def test_an_explicit_build_is_the_one_that_runs_or_a_one_line_error() -> None:
     assert select("default", log=False, found=BOTH).binary == BOTH["default"]
     assert select("fast", log=False, found=BOTH).binary == BOTH["fast"]
     with pytest.raises(BuildError, match=r"switch.build: BMv2's fast build is not installed; "
-                                         r"`sudo testbed provision --bmv2-fast-archive"):
+                                         r"`sudo testbed provision` builds it online "
+                                         r"\(half an hour\), or installs it from "
+                                         r"--bmv2-fast-archive PATH or --bmv2-fast-url URL"):
         select("fast", log=False, found={"default": BOTH["default"]})
     with pytest.raises(BuildError, match="switch.build: BMv2's default build is not installed"):
         select("default", log=False, found={"fast": BOTH["fast"]})

@@ -40,7 +40,8 @@ def _bmv2_checks(fix: str) -> list[Check]:
                     required=False) for build, path in found.items()]
     chosen = bmv2_build.select("auto", log=False, found=found)
     note = ("" if chosen.build == "fast" else "; the fast build (several times the packet rate) "
-            "comes from `testbed provision --bmv2-fast-archive PATH`")
+            "comes from `testbed provision` (built online, or --bmv2-fast-archive PATH, or "
+            "--bmv2-fast-url URL --bmv2-fast-sha256 HEX)")
     checks.insert(0, Check("simple_switch_grpc", True, f"testbed up starts {chosen.binary} "
                            f"({chosen.build} build; --log or switch.build: default picks the "
                            f"default build){note}"))

@@ -94,8 +94,9 @@ def select(choice: BuildChoice, log: bool, found: dict[str, str] | None = None) 
             return Selected(found[other], other)
         return Selected(found[choice], choice)
     if choice not in found:
-        how = ("`sudo testbed provision --bmv2-fast-archive PATH` installs it (see README: "
-               "BMv2's fast build)" if choice == "fast" else
+        how = ("`sudo testbed provision` builds it online (half an hour), or installs it from "
+               "--bmv2-fast-archive PATH or --bmv2-fast-url URL --bmv2-fast-sha256 HEX (see "
+               "README: BMv2's fast build)" if choice == "fast" else
                "`sudo testbed provision` installs it")
         raise BuildError(f"switch.build: BMv2's {choice} build is not installed; {how}, or set "
                          f"switch.build: auto")
