@@ -16,10 +16,12 @@ program took in, every switch's ``rx_port`` counter, the agents' ticks included)
 ``--variants`` compares ways of running the same fabric in one run of the benchmark, the
 variants interleaved at each rate so that the machine's hour affects them alike:
 
-- ``default``: the product as it is;
+- ``default``: the product as it is (BMv2 real-time, switch.realtime_priority 5);
+- ``switches-nice``: BMv2 in the fair scheduler at switch.nice (switch.realtime_priority 0),
+  as every switch ran before switch.realtime_priority existed;
 - ``pinned``: each BMv2 process, all its threads, held on one core, the switches dealt round
   robin over the cores (os.sched_setaffinity, as `taskset -a` does), so that a packet's
-  hand-offs between BMv2's threads (receive, ingress, egress, transmit) stay on one core.
+  hand-offs between BMv2's threads (receive, ingress, egress, transmit) stay on one core;
 
 Run as root: sudo .venv/bin/python -m benchmarks.all_host [--shapes 2x4x2,2x4x4]
 [--loads permutation,all-to-all] [--rates 2,3,5,7,10] [--runs 3] [--variants default,pinned]
@@ -42,7 +44,10 @@ from pathlib import Path
 
 #: The loads, by name: (shape, host count) -> (src, dst) pairs.
 LOADS = ("permutation", "all-to-all")
-VARIANTS = ("default", "pinned")
+VARIANTS = ("default", "switches-nice", "pinned")
+#: Each variant's config, over the scenario's.
+VARIANT_CONFIG = {"default": {}, "switches-nice": {"switch": {"realtime_priority": 0}},
+                  "pinned": {}}
 #: When the flows start, on the scenario's clock (s).
 FLOW_START_S = 0.5
 #: Process roles, by what their command line holds.
@@ -68,15 +73,16 @@ def pairs(load: str, hosts: int) -> list[tuple[str, str]]:
     raise ValueError(f"unknown load {load!r}: one of {', '.join(LOADS)}")
 
 
-def scenario(shape: tuple[int, int, int], load: str, rate: float, seconds: float) -> dict:
+def scenario(shape: tuple[int, int, int], load: str, rate: float, seconds: float,
+             variant: str = "default") -> dict:
     """The scenario a run of the benchmark runs: PFC + ECN + DCQCN on class 3, one rate on
-    every link, every flow writing for ``seconds`` from 0.5 s."""
+    every link, every flow writing for ``seconds`` from 0.5 s; the variant's config over it."""
     hosts = shape[1] * shape[2]
     return {
         "name": f"allhost-{load}",
         "fabric": {"spines": shape[0], "leaves": shape[1], "hosts_per_leaf": shape[2],
                    "host_link_mbps": rate, "fabric_link_mbps": rate},
-        "switch": {"build": "fast"},
+        "switch": {"build": "fast", **VARIANT_CONFIG[variant].get("switch", {})},
         "qos": {"pfc_enable": [3], "ecn": {3: {}}},
         "endpoints": {"dcqcn": True},
         "duration_s": seconds + 1.0, "settle_s": 1.0,
@@ -90,9 +96,9 @@ class RoleCpu(threading.Thread):
     """CPU seconds per role of every process of the fabric, found by command line as they
     appear; with ``pin``, each new BMv2 process's threads held on one core, round robin."""
 
-    def __init__(self, pin: bool, period_s: float = 0.1) -> None:
+    def __init__(self, variant: str = "default", period_s: float = 0.1) -> None:
         super().__init__(daemon=True, name="role-cpu")
-        self.pin, self.period_s = pin, period_s
+        self.variant, self.period_s = variant, period_s
         self.stop_event = threading.Event()
         self.cores = sorted(os.sched_getaffinity(0))
         self.seen: dict[int, tuple[str, object]] = {}  # pid -> (role, psutil.Process)
@@ -110,9 +116,10 @@ class RoleCpu(threading.Thread):
             if role is None:
                 continue
             self.seen[p.pid] = (role, p)
-            if role == "bmv2" and self.pin:
+            if role == "bmv2" and self.variant == "pinned":
                 n = sum(1 for r, _p in self.seen.values() if r == "bmv2") - 1
                 pin_threads(p.pid, self.cores[n % len(self.cores)])
+
 
     def totals(self) -> dict[str, float]:
         """CPU seconds per role so far (a process gone keeps its last reading)."""
@@ -193,9 +200,10 @@ def run_once(shape_text: str, load: str, rate: float, variant: str, seconds: flo
     from testbed.run.scenario import parse_scenario
     from testbed.run.scenario_run import run_scenario
 
-    sc = parse_scenario(scenario(parse_shape(shape_text), load, rate, seconds), "all_host")
+    sc = parse_scenario(scenario(parse_shape(shape_text), load, rate, seconds, variant),
+                        "all_host")
     with fabric_lock():  # waits for a test or another run with a fabric up
-        cpu = RoleCpu(pin=variant == "pinned")  # after the wait: only this run's processes
+        cpu = RoleCpu(variant)  # after the wait: only this run's processes
         cpu.start()
         window = _Window(cpu, seconds)
         try:

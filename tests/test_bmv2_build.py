@@ -61,3 +61,34 @@ def test_a_switch_without_a_log_runs_with_logging_off() -> None:
     bm_args = opts.command()[:opts.command().index("--")]
     assert bm_args[bm_args.index("--log-level") + 1] == "debug"
     assert "--log-console" in bm_args
+
+
+def test_a_real_time_switch_starts_under_chrt_and_a_refusal_says_what_it_runs_at() -> None:
+    from testbed.fabric.bmv2 import scheduling
+
+    opts = Bmv2Options(name="s1", device_id=1, ports={1: "s1-eth1"}, binary="/bin/ss",
+                       grpc_socket=Path("/tmp/s1.grpc"), log_path=Path("/tmp/s1.log"),
+                       nice=-5, realtime_priority=5)
+    assert opts.command()[:6] == ["chrt", "-f", "5", "nice", "-n", "-5"]
+    opts.realtime_priority = 0
+    assert opts.command()[:3] == ["nice", "-n", "-5"]
+    assert scheduling(5, -5, allowed=True) == ("SCHED_FIFO 5", None)
+    assert scheduling(0, -5, allowed=False) == ("nice -5", None)
+    ran, why = scheduling(5, -5, allowed=False)
+    assert ran == "nice -5" and why is not None and why.startswith(
+        "switch.realtime_priority 5 was refused by this machine: the BMv2 switches run at "
+        "nice -5")
+
+
+def test_switches_real_time_by_default_and_below_the_agents() -> None:
+    cfg = parse_config({})
+    assert (cfg.switch.realtime_priority, cfg.agent.realtime_priority) == (5, 10)
+    assert parse_config({"switch": {"realtime_priority": 9}}).switch.realtime_priority == 9
+    # with the agents at nice alone, the switches may take any priority
+    assert parse_config({"switch": {"realtime_priority": 50},
+                         "agent": {"realtime_priority": 0}}).switch.realtime_priority == 50
+    with pytest.raises(ConfigError) as e:
+        parse_config({"switch": {"realtime_priority": 10}})
+    msg = str(e.value)
+    assert "switch.realtime_priority" in msg and "is not below agent.realtime_priority 10" in msg
+    assert "set switch.realtime_priority below 10 (or 0)" in msg

@@ -27,6 +27,29 @@ FATAL_LOG_LINES = ("Could not bind", "Error while parsing command line",
                    "Invalid interface", "error while loading shared libraries")
 
 
+def realtime_allowed(priority: int) -> bool:
+    """Whether this machine lets a process of ours take SCHED_FIFO at ``priority`` (root
+    without CAP_SYS_NICE, in a container, or without a real-time budget may not)."""
+    try:
+        return subprocess.run(["chrt", "-f", str(priority), "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def scheduling(asked: int, nice: int, allowed: bool) -> tuple[str, str | None]:
+    """What the switches run at, and why not what was asked when the machine refused it:
+    given ``asked`` (switch.realtime_priority, 0 for none) and whether it is allowed."""
+    if asked and allowed:
+        return f"SCHED_FIFO {asked}", None
+    if not asked:
+        return f"nice {nice}", None
+    return f"nice {nice}", (
+        f"switch.realtime_priority {asked} was refused by this machine: the BMv2 switches run "
+        f"at nice {nice} and wait for a core behind the hosts' endpoints (a container needs "
+        "--cap-add SYS_NICE --cpu-rt-runtime 950000; `testbed doctor` checks it)")
+
+
 class SwitchStartError(Exception):
     """A switch did not come up; the message names it, shows its log tail and command line."""
 
@@ -44,6 +67,8 @@ class Bmv2Options:
     log: bool = False
     log_max_bytes: int = 20 * 1024 * 1024
     nice: int = 0  # scheduling priority, inherited by every thread of the switch
+    #: SCHED_FIFO priority of every thread of the switch (chrt(1); 0: the fair scheduler).
+    realtime_priority: int = 0
     extra: Sequence[str] = field(default_factory=tuple)
 
     @property
@@ -51,7 +76,8 @@ class Bmv2Options:
         return f"unix://{self.grpc_socket}"
 
     def command(self) -> list[str]:
-        cmd = ["nice", "-n", str(self.nice)] if self.nice else []
+        cmd = ["chrt", "-f", str(self.realtime_priority)] if self.realtime_priority else []
+        cmd += ["nice", "-n", str(self.nice)] if self.nice else []
         cmd += [self.binary, "--device-id", str(self.device_id), "--thrift-port",
                 str(self.thrift_port)]
         for port, intf in sorted(self.ports.items()):

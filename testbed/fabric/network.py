@@ -26,7 +26,13 @@ from testbed.config import bmv2_build
 from testbed.config.bmv2_build import Selected
 from testbed.config.models import FabricConfig
 from testbed.control.p4runtime import AGENT_PORT
-from testbed.fabric.bmv2 import Bmv2Options, Bmv2Process, SwitchStartError
+from testbed.fabric.bmv2 import (
+    Bmv2Options,
+    Bmv2Process,
+    SwitchStartError,
+    realtime_allowed,
+    scheduling,
+)
 from testbed.machine.ports import PortSpec, scheduler_commands
 from testbed.machine.state import RunState, kill_in_namespaces, node_namespaces
 from testbed.results.files import LOG_SUFFIX, LOGS_DIR
@@ -150,6 +156,10 @@ class Network:
         self.state = state
         self.net: Mininet | None = None
         self.bmv2: Selected | None = None  # the BMv2 build the switches run, chosen at build()
+        #: What the switches run at ("SCHED_FIFO 5", "nice -5"), chosen at build(), and why
+        #: not switch.realtime_priority when the machine refused it.
+        self.scheduling: str | None = None
+        self.refused: str | None = None
 
     def runtime_files(self, switch: str) -> list[str]:
         """The files a switch of this network makes in the runtime folder."""
@@ -182,6 +192,7 @@ class Network:
             log=self.cfg.switch.log,
             log_max_bytes=self.cfg.switch.log_max_mb * 1024 * 1024,
             nice=self.cfg.switch.nice,
+            realtime_priority=0 if self.refused else self.cfg.switch.realtime_priority,
         )
 
     def build(self) -> None:
@@ -191,6 +202,12 @@ class Network:
             self.bmv2 = bmv2_build.select(self.cfg.switch.build, self.cfg.switch.log)
         except bmv2_build.BuildError as exc:
             raise FabricError(str(exc)) from None
+        sw = self.cfg.switch
+        self.scheduling, self.refused = scheduling(
+            sw.realtime_priority, sw.nice,
+            bool(sw.realtime_priority) and realtime_allowed(sw.realtime_priority))
+        if self.refused and "realtime_priority" in sw.model_fields_set:
+            raise FabricError(f"{self.refused}; or set switch.realtime_priority: 0")
         # Mininet prints through a handler of its own. p4runtime-shell's logging.debug() calls
         # give the root logger one too (logging's implicit basicConfig), and every line the
         # Mininet CLI printed came out a second time through it, as "Level 25:mininet:...".

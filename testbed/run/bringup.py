@@ -131,8 +131,12 @@ class Fabric:
             self.network.build()
             t = self.timings.mark("mininet", t)
             assert self.network.bmv2 is not None
-            self.run.bmv2 = asdict(self.network.bmv2)
-            self.progress(f"starting BMv2 switches ({self.network.bmv2.build} build)")
+            self.run.bmv2 = {**asdict(self.network.bmv2), "scheduling": self.network.scheduling,
+                             "refused": self.network.refused}
+            self.progress(f"starting BMv2 switches ({self.network.bmv2.build} build, "
+                          f"{self.network.scheduling})")
+            if self.network.refused:
+                self.progress(self.network.refused)
             self.network.start_switches()
             t = self.timings.mark("switches_ready", t)
             self.progress("programming switches over P4Runtime")
