@@ -297,7 +297,7 @@ def best(runs: list[dict], shape: str, load: str, variant: str, need: int) -> fl
 
 def _median(xs: list[float | None]) -> float | None:
     ys = [x for x in xs if x is not None]
-    return round(statistics.median(ys), 1) if ys else None
+    return statistics.median(ys) if ys else None
 
 
 def markdown(data: dict) -> str:
@@ -352,6 +352,8 @@ def main() -> None:
     ap.add_argument("--tag", default="all_host")
     ap.add_argument("--keep-going", action="store_true", help="make every run at every rate "
                     "(compare the variants' costs) instead of leaving the ladder at a flag")
+    ap.add_argument("--append", action="store_true", help="add these runs to the saved "
+                    "<tag>.json's (a ladder continued to higher rates); its table covers both")
     ap.add_argument("--redraw", type=Path, help="no runs: the table of a saved json")
     args = ap.parse_args()
     if args.redraw:
@@ -372,6 +374,13 @@ def main() -> None:
             "args": {"runs": args.runs, "seconds": args.seconds}, "runs": []}
     args.out.mkdir(parents=True, exist_ok=True)
     js, md = args.out / f"{args.tag}.json", args.out / f"{args.tag}.md"
+    if args.append and js.exists():
+        before = json.loads(js.read_text())
+        if before["args"] != data["args"]:
+            ap.error(f"--append: {js} was made with {before['args']}, not {data['args']}")
+        data["runs"] = before["runs"]
+        data["command"] = f"{before['command']}, then {data['command']}"
+        data["started"] = before["started"]
 
     def save() -> None:
         js.write_text(json.dumps(data, indent=1) + "\n")

@@ -116,3 +116,10 @@ def test_the_instructions_table_is_what_bmv2_instructions_py_writes(data):
 
     ms = [Measurement(**m) for m in json.loads(data.read_text())]
     _same(data.with_suffix(".md"), markdown(ms))
+
+
+@pytest.mark.parametrize("data", _outputs("all_host"), ids=lambda p: p.stem)
+def test_an_all_host_table_is_what_all_host_py_writes(data):
+    from benchmarks.all_host import markdown
+
+    _same(data.with_suffix(".md"), markdown(json.loads(data.read_text())))

@@ -71,16 +71,18 @@ def probe_qdiscs() -> dict[str, bool]:
 
 
 def probe_realtime() -> Check:
-    """Whether a process may take SCHED_FIFO, as each switch agent asks (agent.realtime_priority);
-    tried in a child, so that this process keeps its own scheduling."""
+    """Whether a process may take SCHED_FIFO, as each switch agent (agent.realtime_priority)
+    and each BMv2 (switch.realtime_priority) asks; tried in a child, so that this process
+    keeps its own scheduling."""
     r = subprocess.run([sys.executable, "-c", "import os; os.sched_setscheduler(0, "
                         "os.SCHED_FIFO, os.sched_param(1))"], capture_output=True, text=True)
     ok = r.returncode == 0
     return Check("real-time scheduling", ok, "SCHED_FIFO allowed" if ok else
                  (r.stderr.strip().splitlines() or ["refused"])[-1],
-                 "" if ok else "agent.realtime_priority cannot take effect: the switch agents run "
-                 "at agent.nice; in a container, allow real-time scheduling (docker run "
-                 "--cap-add SYS_NICE --cpu-rt-runtime 950000)", required=False)
+                 "" if ok else "agent.realtime_priority and switch.realtime_priority cannot take "
+                 "effect: the switch agents run at agent.nice and BMv2 at switch.nice; in a "
+                 "container, allow real-time scheduling (docker run --cap-add SYS_NICE "
+                 "--cpu-rt-runtime 950000)", required=False)
 
 
 def calibration_check() -> Check:

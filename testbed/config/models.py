@@ -187,9 +187,9 @@ class SwitchConfig(_Strict):
         "(switch.nice alone); below agent.realtime_priority, so that a PFC frame still "
         "preempts the switch. Real-time, a switch with a packet runs at once instead of "
         "outweighing the hosts' endpoints in the fair scheduler, as a real switch's pipeline "
-        "never waits for its hosts: an 8-host permutation on 2x4x2 was faithful in 6 of 6 "
-        "runs at 4 and 5 Mbit/s against 5 of 6 at nice, with a fifth more goodput at 5 "
-        "(benchmarks/out/all_host.md). Where the machine refuses it, the switches run at "
+        "never waits for its hosts: an 8-host permutation on 2x4x2 stayed faithful up to 14 "
+        "Mbit/s (85.5 Mbit/s of goodput) against 8 (48.7) at nice, 3 of 3 runs each "
+        "(docs/PERFORMANCE.md). Where the machine refuses it, the switches run at "
         "switch.nice and the run says so; written in the config, a refusal stops the run.")
 
     @model_validator(mode="after")
