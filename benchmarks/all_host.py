@@ -16,9 +16,9 @@ program took in, every switch's ``rx_port`` counter, the agents' ticks included)
 ``--variants`` compares ways of running the same fabric in one run of the benchmark, the
 variants interleaved at each rate so that the machine's hour affects them alike:
 
-- ``default``: the product as it is (BMv2 real-time, switch.realtime_priority 5);
-- ``switches-nice``: BMv2 in the fair scheduler at switch.nice (switch.realtime_priority 0),
-  as every switch ran before switch.realtime_priority existed;
+- ``default``: the product as it is;
+- ``switches-rt``: every BMv2 thread real-time (switch.realtime_priority 5, below the agents');
+- ``switches-nice``: BMv2 in the fair scheduler at switch.nice (switch.realtime_priority 0);
 - ``pinned``: each BMv2 process, all its threads, held on one core, the switches dealt round
   robin over the cores (os.sched_setaffinity, as `taskset -a` does), so that a packet's
   hand-offs between BMv2's threads (receive, ingress, egress, transmit) stay on one core;
@@ -44,10 +44,10 @@ from pathlib import Path
 
 #: The loads, by name: (shape, host count) -> (src, dst) pairs.
 LOADS = ("permutation", "all-to-all")
-VARIANTS = ("default", "switches-nice", "pinned")
+VARIANTS = ("default", "switches-rt", "switches-nice", "pinned")
 #: Each variant's config, over the scenario's.
-VARIANT_CONFIG = {"default": {}, "switches-nice": {"switch": {"realtime_priority": 0}},
-                  "pinned": {}}
+VARIANT_CONFIG = {"default": {}, "switches-rt": {"switch": {"realtime_priority": 5}},
+                  "switches-nice": {"switch": {"realtime_priority": 0}}, "pinned": {}}
 #: When the flows start, on the scenario's clock (s).
 FLOW_START_S = 0.5
 #: Process roles, by what their command line holds.
