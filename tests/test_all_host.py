@@ -32,7 +32,7 @@ def test_its_scenario_is_a_valid_pfc_ecn_dcqcn_run_at_the_rate() -> None:
     assert len(sc.extras.flows) == 8
     assert all(f.duration_s == 6.0 and f.start_s == all_host.FLOW_START_S
                for f in sc.extras.flows)
-    assert sc.cfg.switch.realtime_priority == 0  # the product's default
+    assert sc.cfg.switch.realtime_priority == 5  # the product's default
     rt = parse_scenario(all_host.scenario((2, 4, 2), "permutation", 5.0, 6.0, "switches-rt"),
                         "test")
     assert rt.cfg.switch.realtime_priority == 5 and rt.cfg.switch.build == "fast"

@@ -80,9 +80,9 @@ def test_a_real_time_switch_starts_under_chrt_and_a_refusal_says_what_it_runs_at
         "nice -5")
 
 
-def test_switches_real_time_only_when_asked_and_below_the_agents() -> None:
+def test_switches_real_time_by_default_and_below_the_agents() -> None:
     cfg = parse_config({})
-    assert (cfg.switch.realtime_priority, cfg.agent.realtime_priority) == (0, 10)
+    assert (cfg.switch.realtime_priority, cfg.agent.realtime_priority) == (5, 10)
     assert parse_config({"switch": {"realtime_priority": 9}}).switch.realtime_priority == 9
     # with the agents at nice alone, the switches may take any priority
     assert parse_config({"switch": {"realtime_priority": 50},

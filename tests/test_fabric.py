@@ -385,11 +385,12 @@ def test_a_refused_real_time_priority_is_said_or_stops_the_run(tmp_path: Path,
 
 
 def test_switches_run_real_time_below_the_agents(tmp_path: Path, monkeypatch) -> None:
-    """switch.realtime_priority reaches every thread of every BMv2 (SCHED_FIFO, below the
-    agents' 10, so a PFC frame still preempts the switch); by default (0) they run at
+    """switch.realtime_priority reaches every thread of every BMv2 (SCHED_FIFO 5 by default,
+    below the agents' 10, so a PFC frame still preempts the switch); 0 leaves them at
     switch.nice. The run says what they ran at (telemetry/summary.json's ``bmv2``). On a
-    machine that refuses SCHED_FIFO, a priority written in the config stops the run with one
-    line naming the field and the fix, and leaves nothing behind."""
+    machine that refuses SCHED_FIFO the switches go on at switch.nice and the run says so,
+    unless the config wrote the priority: then the run stops with one line naming the field
+    and the fix, and leaves nothing behind."""
     import json
 
     import psutil
@@ -408,8 +409,7 @@ def test_switches_run_real_time_below_the_agents(tmp_path: Path, monkeypatch) ->
 
     shape = {"spines": 1, "leaves": 2, "hosts_per_leaf": 1}
     for label, switch, expected, said in (
-            ("swrt5", {"realtime_priority": 5}, (os.SCHED_FIFO, 5, None), "SCHED_FIFO 5"),
-            ("swrtd", {}, (os.SCHED_OTHER, 0, -5), "nice -5"),
+            ("swrtd", {}, (os.SCHED_FIFO, 5, None), "SCHED_FIFO 5"),
             ("swrt0", {"realtime_priority": 0, "nice": -3}, (os.SCHED_OTHER, 0, -3), "nice -3")):
         cfg = FabricConfig.model_validate({"name": label, "fabric": shape, "switch": switch})
         with Fabric(cfg, build_topology(cfg), tmp_path / label) as fabric:
@@ -421,6 +421,15 @@ def test_switches_run_real_time_below_the_agents(tmp_path: Path, monkeypatch) ->
         assert (summary["bmv2"]["scheduling"], summary["bmv2"]["refused"]) == (said, None)
 
     monkeypatch.setattr(testbed.fabric.network, "realtime_allowed", lambda _prio: False)
+    lines: list[str] = []
+    cfg = FabricConfig.model_validate({"name": "swrtno", "fabric": shape})
+    with Fabric(cfg, build_topology(cfg), tmp_path / "refused", progress=lines.append) as fab:
+        assert {(p, prio) for p, prio, _n in threads_sched(fab)} == {(os.SCHED_OTHER, 0)}
+    refused = [m for m in lines if "switch.realtime_priority 5 was refused" in m]
+    assert len(refused) == 1 and "run at nice -5" in refused[0], lines
+    summary = json.loads((tmp_path / "refused" / "telemetry" / "summary.json").read_text())
+    assert summary["bmv2"]["scheduling"] == "nice -5" and summary["bmv2"]["refused"] == refused[0]
+
     cfg = FabricConfig.model_validate({"name": "swrtwr", "fabric": shape,
                                        "switch": {"realtime_priority": 3}})
     with pytest.raises(FabricError) as e:

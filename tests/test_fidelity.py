@@ -29,14 +29,16 @@ BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, bmv2_lag_us=50_000,
                  cpu_saturated_s=1.0)
 GOOD = Figures(pfc_enabled=True, lossless_drops=0, pipeline_drops=0, hidden_loss=0,
                host_loss=0, phantom_below_bytes=3000, buffer_exceeded_bytes=0,
-               bmv2_lag_us=5000, agent_reaction_us=900, cpu_saturated_s=0.2)
+               bmv2_lag_us=5000, bmv2_stall_us=2000, agent_reaction_us=900,
+               cpu_saturated_s=0.2)
 EVERY_CHECK = {"lossless_drops", "pipeline_drops", "hidden_loss", "host_loss", "buffer_exceeded",
-               "phantom_below", "bmv2_lag", "agent_reaction", "cpu_saturated"}
+               "phantom_below", "bmv2_lag", "bmv2_stall", "agent_reaction", "cpu_saturated"}
 #: Figures passed in by name -> the check they feed.
 FIELD_CHECK = {"lossless_drops": "lossless_drops", "pipeline_drops": "pipeline_drops",
                "hidden_loss": "hidden_loss", "host_loss": "host_loss",
                "phantom_below_bytes": "phantom_below", "buffer_exceeded_bytes": "buffer_exceeded",
-               "bmv2_lag_us": "bmv2_lag", "agent_reaction_us": "agent_reaction",
+               "bmv2_lag_us": "bmv2_lag", "bmv2_stall_us": "bmv2_stall",
+               "agent_reaction_us": "agent_reaction",
                "cpu_saturated_s": "cpu_saturated"}
 
 
@@ -56,6 +58,7 @@ def test_a_faithful_run_passes_every_check() -> None:
     ("phantom_below_bytes", 40_001, "40001 bytes below the real occupancy"),
     ("buffer_exceeded_bytes", 5000, "held 5000 bytes beyond its buffer"),
     ("bmv2_lag_us", 50_001, "BMv2 held a lossless packet 50001 us"),
+    ("bmv2_stall_us", 400_000, "a switch took 400000 us to answer its agent"),
     ("agent_reaction_us", 20_001, "took 20001 us to apply a PFC frame"),
     ("cpu_saturated_s", 1.5, "busy for 1.5 s at a stretch"),
 ])
@@ -147,11 +150,12 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
     its drop action discarded (wd_dropped) is excused: the rest (here 10, dropped before the
     detection) count."""
     rows = [_sample(1.0, 3, 0, phantom_below_max_bytes=700,
-                    occupancy_max_bytes=150_000, bmv2_lag_max_us=3000),
+                    occupancy_max_bytes=150_000, bmv2_lag_max_us=3000, bmv2_answer_max_us=800),
             replace(_sample(1.1, 3, 2, phantom_below_max_bytes=4200,
-                            occupancy_max_bytes=90_000, bmv2_lag_max_us=9000),
+                            occupancy_max_bytes=90_000, bmv2_lag_max_us=9000,
+                            bmv2_answer_max_us=1500),
                     sent_packets=40),
-            _sample(1.1, 0, 50, bmv2_lag_max_us=9000),
+            _sample(1.1, 0, 50, bmv2_lag_max_us=9000, bmv2_answer_max_us=1500),
             replace(_sample(1.1, 3, 40, wd_dropped=30), port=2)]
     events = [EventRow(t, "leaf1", 1, 3, what, quanta, us)
               for t, what, quanta, us in [(1.0, "pause", 65535, 800), (1.2, "resume", 0, 1900),
@@ -164,8 +168,8 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
                          switches=["leaf1"])
     assert f == Figures(pfc_enabled=True, lossless_drops=12, pipeline_drops=0, hidden_loss=0,
                         host_loss=3, phantom_below_bytes=4200, buffer_exceeded_bytes=10_000,
-                        bmv2_lag_us=9000, agent_reaction_us=1900, cpu_saturated_s=0.4,
-                        watchdog_drops=30)
+                        bmv2_lag_us=9000, bmv2_stall_us=1500, agent_reaction_us=1900,
+                        cpu_saturated_s=0.4, watchdog_drops=30)
 
 
 def test_no_lossless_packet_to_measure_is_zero_not_unknown(tmp_path: Path) -> None:
@@ -174,8 +178,8 @@ def test_no_lossless_packet_to_measure_is_zero_not_unknown(tmp_path: Path) -> No
                          buffers={("leaf1", 1, 3): 140_000}, host_loss=0, pipeline_drops=0,
                          switches=["leaf1"])
     assert assess(f, BUDGET)["ok"], assess(f, BUDGET)
-    assert (f.phantom_below_bytes, f.buffer_exceeded_bytes, f.bmv2_lag_us,
-            f.agent_reaction_us, f.lossless_drops) == (0, 0, 0, 0, 0)
+    assert (f.phantom_below_bytes, f.buffer_exceeded_bytes, f.bmv2_lag_us, f.bmv2_stall_us,
+            f.agent_reaction_us, f.lossless_drops) == (0, 0, 0, 0, 0, 0)
 
 
 @pytest.mark.parametrize(("case", "check", "words"), [
@@ -188,7 +192,7 @@ def test_each_gap_in_the_folder_is_unknown_with_why(tmp_path: Path, case: str, c
                                                     words: str) -> None:
     busy = replace(_sample(1.0, 3, 0), sent_packets=10)
     measured = replace(busy, phantom_below_max_bytes=10, occupancy_max_bytes=10,
-                       bmv2_lag_max_us=10)
+                       bmv2_lag_max_us=10, bmv2_answer_max_us=10)
     rows = [busy] if case == "views_never_read" else [measured]
     events = [EventRow(1.0, "leaf1", 1, 3, "pause", 100, None if case == "blind_pause" else 5)]
     _folder(tmp_path, rows, events, cpu=case != "no_cpu")

@@ -111,10 +111,37 @@ def _read(r: RegisterReader, queues: list[tuple[int, int]]):
     return r.take()
 
 
-def test_an_idle_sample_asks_bmv2_nothing() -> None:
+def test_an_idle_sample_asks_bmv2_its_hold_alone_and_times_the_answer() -> None:
+    """No queue busy: no queue's views are read, but BMv2's hold is, every sample, so that
+    how long BMv2 takes to answer times a stall even while nothing waits inside it."""
     bm = _Thrift()
-    assert _read(_reader(bm), []) == ({}, None)
-    assert bm.calls == [] and bm.sent == 0
+    reader = _reader(bm)
+    assert reader.answer_max_us() is None  # nothing asked yet
+    views, lag = _read(reader, [])
+    assert views == {} and lag == 1
+    assert bm.calls == [("read", "bmv2_lag_max", 0), ("write", "bmv2_lag_max", 0)]
+    assert bm.sent == 1
+    assert reader.answer_max_us() == 0  # the stand-in's clock stands still
+    assert reader.answer_max_us() is None  # each answer counted once
+
+
+def test_a_switch_that_answers_late_is_timed_from_the_ask_to_the_answer() -> None:
+    """A batch asked at 1.0 s whose answer is read at 1.4 s (BMv2 stopped meanwhile) waited
+    400 ms; a later prompt answer does not hide it until the figure is taken."""
+    now = [1.0]
+    bm = _Thrift()
+    reader = _reader(bm, clock=lambda: now[0])
+    reader.ask([(2, 3)])
+    now[0] = 1.4
+    reader.readable()
+    reader.ask([])
+    now[0] = 1.402
+    reader.readable()
+    assert reader.answer_max_us() == 400_000
+    reader.ask([])
+    now[0] = 1.405
+    reader.readable()
+    assert reader.answer_max_us() == 3000
 
 
 def test_a_busy_queue_is_read_its_maxima_cleared_and_bmv2s_hold_read_once() -> None:

@@ -147,6 +147,9 @@ class RegisterReader:
         self._asked: tuple[list[tuple[int, int]], list[Call], float] | None = None
         self._want: list[tuple[int, int]] | None = None  # asked while a batch was out
         self._result: tuple[dict[tuple[int, int], QueueView], int | None] = ({}, None)
+        #: The longest a batch waited for its answer, among those answered since the last
+        #: :meth:`answer_max_us`: a switch that stalls answers late.
+        self._answer_max_s: float | None = None
 
     def ask(self, queues: Iterable[tuple[int, int]]) -> None:
         """Read these queues' views: now, or once the batch still out has come back (the
@@ -161,9 +164,9 @@ class RegisterReader:
         self._send(queues)
 
     def _send(self, queues: list[tuple[int, int]]) -> None:
-        if not self.p4.thrift_port or not queues:
+        if not self.p4.thrift_port:
             return
-        calls = view_calls(queues)
+        calls = view_calls(queues)  # no queue: BMv2's hold alone, which times its answer
         try:
             bm = self.p4.connection()
             if bm is None:
@@ -185,7 +188,7 @@ class RegisterReader:
         and send a request that waited."""
         if self._asked is None:
             return
-        queues, calls, _when = self._asked
+        queues, calls, when = self._asked
         self._asked = None
         try:
             bm = self.p4.connection()
@@ -195,6 +198,8 @@ class RegisterReader:
             got = None
         if got is not None:
             self._result = merged(self._result, views_of(queues, got))
+            waited = self.clock() - when
+            self._answer_max_s = max(self._answer_max_s or 0.0, waited)
         want, self._want = self._want, None
         if want:
             self._send(want)
@@ -203,6 +208,11 @@ class RegisterReader:
         """The views the reads that came found (each handed out once)."""
         result, self._result = self._result, ({}, None)
         return result
+
+    def answer_max_us(self) -> int | None:
+        """The longest a batch waited for its answer since the last call (None: none came)."""
+        waited, self._answer_max_s = self._answer_max_s, None
+        return None if waited is None else round(waited * 1e6)
 
     def stop(self) -> None:
         self.p4.drop()

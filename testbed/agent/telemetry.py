@@ -188,9 +188,11 @@ class TelemetryMixin:
         if resync or now >= self.busy_until:
             self.tick(backlogs)  # first: the resync's backlog as fresh as it can be
         busy = self._busy_lossless(backlogs)
-        if busy:  # nothing to read of idle queues (registers.view_calls)
-            self.registers.ask(busy)
+        # every sample, busy or idle: an idle queue's views are not read (registers.view_calls),
+        # but BMv2's hold always is, and how long BMv2 takes to answer times a stall
+        self.registers.ask(busy)
         views, lag = self.registers.take()
+        answer = self.registers.answer_max_us()
         for n, per_tc in backlogs.items():
             pr = self.ports[n]
             for tc in range(NUM_TCS):
@@ -205,6 +207,6 @@ class TelemetryMixin:
                 self.telemetry_log.write(TelemetryRow(
                     t_s, self.cfg.switch, n, tc, st.backlog_bytes, st.backlog_packets, st.drops,
                     st.sent_bytes, st.sent_packets, bool(ps.until), ps.frames, paused_s,
-                    drift, held, below, peak, lag, wd))
+                    drift, held, below, peak, lag, wd, answer))
         self.telemetry_log.flush()
         return backlogs

@@ -207,7 +207,7 @@ def _telemetry_whole(series: dict[QueueId, list[TelemetryRow]], switches: list[s
     gap = (f"no telemetry from {', '.join(missing)} (its agent wrote none)" if missing
            else "no switch telemetry at all (the agents wrote none)")
     for name in ("lossless_drops", "phantom_below", "buffer_exceeded", "bmv2_lag",
-                 "agent_reaction"):
+                 "bmv2_stall", "agent_reaction"):
         why.setdefault(name, gap)
     return False
 
@@ -262,6 +262,8 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
              if s.phantom_below_max_bytes is not None]
     lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
            if s.bmv2_lag_max_us is not None]
+    stall = [s.bmv2_answer_max_us for ss in series.values() for s in ss
+             if s.bmv2_answer_max_us is not None]
     # a late XON keeps a link idle as a late XOFF overfills a buffer: both are reactions
     applied = [e for e in events if e.event in ("pause", "resume")]
     blind = sum(1 for e in applied if e.reaction_us is None)
@@ -284,6 +286,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
         phantom_below_bytes=peak(below, "phantom_below") if ok_series else None,
         buffer_exceeded_bytes=exceeded if ok_series else None,
         bmv2_lag_us=peak(lag, "bmv2_lag") if ok_series else None,
+        bmv2_stall_us=peak(stall, "bmv2_stall") if ok_series else None,
         agent_reaction_us=(max((int(e.reaction_us) for e in applied
                                 if e.reaction_us is not None), default=0)
                            if ok_series and not blind else None),

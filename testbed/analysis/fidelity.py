@@ -28,6 +28,11 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   such a hold does to the buffers, ``phantom_below`` and ``buffer_exceeded`` judge; but a switch
   that holds packets that long no longer keeps the protocol's time: past ``fidelity.bmv2_lag_ms``
   the hold is a sizeable part of the scaled DCQCN timers and of the watchdog's polling interval.
+* ``bmv2_stall``: the longest a switch's agent waited for BMv2 to answer its register reads
+  (asked every sample, busy or idle). A switch that stalls holds nothing inside it to time:
+  what arrives waits in front of it, in its ports' sockets, where ``bmv2_lag`` cannot see it,
+  so the stall itself is measured, against the same ``fidelity.bmv2_lag_ms``. A frozen agent
+  reads its answers late too, so this also says the agent stalled.
 * ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part:
   an XOFF's (a late pause overfills the headroom) and an XON's (a late resume idles the link).
 * ``cpu_saturated``: the longest stretch in which every core was busy; past it, none of the
@@ -49,7 +54,7 @@ from typing import Literal
 
 #: The checks that apply only while PFC is on; the others apply to every run.
 LOSSLESS_ONLY = ("lossless_drops", "buffer_exceeded", "phantom_below", "bmv2_lag",
-                 "agent_reaction")
+                 "bmv2_stall", "agent_reaction")
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Figures:
     phantom_below_bytes: int | None = None  # largest (occupancy - phantom) seen at a resync
     buffer_exceeded_bytes: int | None = None  # largest occupancy beyond a configured buffer
     bmv2_lag_us: int | None = None
+    bmv2_stall_us: int | None = None  # the longest a switch took to answer its agent
     agent_reaction_us: int | None = None
     cpu_saturated_s: float | None = None
     #: Packets the PFC watchdog's drop action discarded: by design, so no check of its own,
@@ -134,6 +140,9 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
     add("bmv2_lag", fig.bmv2_lag_us, budget.bmv2_lag_us,
         "BMv2 held a lossless packet {v} us, beyond {lim} us (fidelity.bmv2_lag_ms): the "
         "switches did not keep the protocol's time")
+    add("bmv2_stall", fig.bmv2_stall_us, budget.bmv2_lag_us,
+        "a switch took {v} us to answer its agent, beyond {lim} us (fidelity.bmv2_lag_ms): "
+        "BMv2 (or its agent) stalled, and what arrived meanwhile waited in front of it")
     add("agent_reaction", fig.agent_reaction_us, budget.reaction_us,
         "a switch agent took {v} us to apply a PFC frame (pause or resume), beyond the {lim} "
         "us reaction "

@@ -183,15 +183,15 @@ class SwitchConfig(_Strict):
         "cores with the hosts' endpoints, so it runs ahead of them: when the cores saturate, "
         "the hosts slow down rather than the switches falling behind.")
     realtime_priority: int = Field(
-        0, ge=0, le=99, description="SCHED_FIFO priority of every BMv2 thread, 0 for none "
+        5, ge=0, le=99, description="SCHED_FIFO priority of every BMv2 thread, 0 for none "
         "(switch.nice alone); below agent.realtime_priority, so that a PFC frame still "
         "preempts the switch. Real-time, a switch with a packet runs at once instead of "
         "outweighing the hosts' endpoints in the fair scheduler: an 8-host permutation on "
         "2x4x2 stayed faithful up to 14 Mbit/s (85.5 Mbit/s of goodput) against 8 (48.7) at "
-        "nice, 3 of 3 runs each (docs/PERFORMANCE.md). Off by default: a switch that drains "
-        "at once can be stopped for 0.4 s with no packet inside it, and the fidelity guard "
-        "does not yet see such a stall (tests/test_lossless.py's frozen-BMv2 test). A machine "
-        "that refuses it stops the run, in one line.")
+        "nice, 3 of 3 runs each (docs/PERFORMANCE.md). A switch that drains at once may hold "
+        "no packet when it stalls, so the fidelity guard times the stall itself (bmv2_stall). "
+        "Where the machine refuses it, the switches run at switch.nice and the run says so; "
+        "written in the config, a refusal stops the run.")
 
     @model_validator(mode="after")
     def _log_needs_a_build_that_logs(self) -> SwitchConfig:

@@ -64,6 +64,9 @@ TELEMETRY_COLUMNS = [
                         "(arrival to egress) since the previous sample"),
     ("wd_dropped", "lossless classes: of the drops, the packets the PFC watchdog's drop action "
                    "discarded so far (by design); every other drop of the class is a loss"),
+    ("bmv2_answer_max_us", "the switch: the longest its agent waited for BMv2 to answer a "
+                           "register read (asked every sample), among the answers since the "
+                           "previous sample: a stalled switch answers late"),
 ]
 EVENT_COLUMNS = [
     ("t_s", "when, on the run's clock"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
@@ -147,17 +150,20 @@ class TelemetryRow:
     occupancy_max_bytes: int | None = None
     bmv2_lag_max_us: int | None = None
     wd_dropped: int | None = None
+    bmv2_answer_max_us: int | None = None
 
     WRITE: ClassVar[dict[str, Callable[[Any], str]]] = {
         "t_s": _fixed(4), "paused": lambda v: "1" if v else "0", "paused_s": _fixed(4),
         "phantom_drift_bytes": _optional(str), "held_bytes": _optional(str),
         "phantom_below_max_bytes": _optional(str), "occupancy_max_bytes": _optional(str),
-        "bmv2_lag_max_us": _optional(str), "wd_dropped": _optional(str)}
+        "bmv2_lag_max_us": _optional(str), "wd_dropped": _optional(str),
+        "bmv2_answer_max_us": _optional(str)}
     READ: ClassVar[dict[str, Callable[[str], Any]]] = {
         "t_s": float, "switch": str, "paused": _flag, "paused_s": float,
         "phantom_drift_bytes": _opt_int, "held_bytes": _opt_int,
         "phantom_below_max_bytes": _opt_int, "occupancy_max_bytes": _opt_int,
-        "bmv2_lag_max_us": _opt_int, "wd_dropped": _opt_int}
+        "bmv2_lag_max_us": _opt_int, "wd_dropped": _opt_int,
+        "bmv2_answer_max_us": _opt_int}
 
     @property
     def queue(self) -> QueueId:
