@@ -242,3 +242,22 @@ def test_the_capacity_table_says_what_the_agents_ran_at() -> None:
     # a run saved before trials recorded it says nothing of the agents
     assert capacity.agents_ran_at([_trial(5, True, True)]) == []
     assert "switch agents ran" not in capacity.markdown([], {}, [_trial(5, True, True)])
+
+
+def test_shipped_runs_every_scenario_and_each_lab_as_finished() -> None:
+    """benchmarks/shipped.py's list: every scenarios/*.yaml, and each lab's scenario files in
+    the solution's copy where the lab has one (what a student who finished it runs); lab 1's
+    fabric and answers files are not scenarios."""
+    from benchmarks.shipped import REPO, shipped_files
+
+    files = dict(shipped_files())
+    scenarios = {p.stem for p in (REPO / "scenarios").glob("*.yaml")}
+    assert scenarios <= set(files) and {"permutation", "all-to-all"} <= scenarios
+    assert files["04-incast-pfc/solution/lossy.yaml"] == (
+        REPO / "labs" / "04-incast-pfc" / "solution" / "lossy.yaml")
+    assert files["02-ecn-red/baseline.yaml"] == REPO / "labs" / "02-ecn-red" / "baseline.yaml"
+    assert not any(label.startswith("01-fabric") for label in files)
+    labs = {label.split("/")[0] for label in files if "/" in label}
+    assert labs == {f"0{i}-{n}" for i, n in [(2, "ecn-red"), (3, "dcqcn"), (4, "incast-pfc"),
+                                             (5, "congestion-spreading"), (6, "pfc-deadlock"),
+                                             (7, "pfc-watchdog"), (8, "ecmp-entropy")]}

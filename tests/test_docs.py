@@ -123,3 +123,10 @@ def test_an_all_host_table_is_what_all_host_py_writes(data):
     from benchmarks.all_host import markdown
 
     _same(data.with_suffix(".md"), markdown(json.loads(data.read_text())))
+
+
+@pytest.mark.parametrize("data", _outputs("shipped"), ids=lambda p: p.stem)
+def test_a_shipped_table_is_what_shipped_py_writes(data):
+    from benchmarks.shipped import markdown
+
+    _same(data.with_suffix(".md"), markdown(json.loads(data.read_text())))

@@ -23,11 +23,30 @@ def problems(extra: dict) -> str:
     return info.value.render()
 
 
-def test_shipped_scenarios_load() -> None:
+def test_shipped_scenarios_load(tmp_path: Path, monkeypatch) -> None:
+    """Every shipped scenario loads; those whose links run at `auto` (every host busy) load on a
+    machine with a calibration profile, and pick a rate below the default 10 Mbit/s on a
+    2-core one (test_budget.py's hand-picked profile), where their load at 10 is over budget."""
+    from testbed.budget import calibration_store
+    from testbed.budget.calibration_store import write_profile
+    from testbed.budget.cores import BuildCost, Profile
+
+    path = tmp_path / "lib" / "calibration.json"
+    write_profile(Profile(measured_at="2026-12-03T17:00:00+00:00", cores=2, background_cores=0,
+                          builds={b: BuildCost(us_per_pass=200.0, idle_cores=0.01)
+                                  for b in ("default", "fast")},
+                          endpoint_us_per_frame=100.0, endpoint_idle_cores=0.005,
+                          agent_us_per_wakeup=200.0, agent_wakeups_per_s=50.0), path)
+    monkeypatch.setenv(calibration_store.ENV, str(path))
     files = sorted((REPO / "scenarios").glob("*.yaml"))
     assert len(files) >= 5
+    auto = {}
     for f in files:
-        load_scenario(f)
+        sc = load_scenario(f)
+        if sc.auto:
+            auto[f.stem] = sc.cfg.fabric.host_link_mbps
+    assert set(auto) == {"permutation", "all-to-all"}
+    assert all(0 < rate < 10 for rate in auto.values()), auto
 
 
 def test_deadlock_scenario_builds_the_bounce_routes() -> None:
