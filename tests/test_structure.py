@@ -20,7 +20,7 @@ Graph = dict[str, set[str]]
 #: run calls the analysis and the report as it ends, so run comes after both, and the results
 #: folder's format is below the agents that write it.
 LAYERS = ("config", "machine", "topology", "budget", "results", "control", "agent", "fabric",
-          "analysis", "report", "run", "labs", "cli")
+          "analysis", "report", "run", "conformance", "labs", "cli")
 
 
 def modules() -> dict[str, Path]:

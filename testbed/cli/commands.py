@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from testbed.cli.budget import budget_or_exit, calibrate
+from testbed.cli.conformance import conformance
 from testbed.cli.output import console, print_agents, print_fidelity, print_run
 from testbed.cli.output import say as _say
 from testbed.config.models import ConfigError, FabricConfig
@@ -398,6 +399,7 @@ def provision(
 image_app = typer.Typer(help="Build or run the Docker image (for machines without a hypervisor).")
 app.add_typer(image_app, name="image")
 app.add_typer(lab_app, name="lab")
+app.command("conformance")(conformance)
 
 
 @image_app.command("build")

@@ -72,6 +72,17 @@ SWEEP_TABLE_CSV_FILE = "table.csv"
 SWEEP_RUNS_FILE = "runs.csv"
 SWEEP_PNG_FILE = "sweep.png"
 
+# -- a conformance run's folder (testbed.conformance) ------------------------------------------
+
+#: One JUnit test case per expected result of every case run.
+CONFORMANCE_JUNIT_FILE = "junit.xml"
+#: The table of every expected result and each case's scaling.
+CONFORMANCE_MD_FILE = "conformance.md"
+#: The selection, fabric and scaling of the run, and every result, as JSON.
+CONFORMANCE_JSON_FILE = "conformance.json"
+#: The subfolder of the cases' run folders (``<plan>.<case>/``, each a scenario run's folder).
+CONFORMANCE_CASES_DIR = "cases"
+
 # -- a comparison's folder -----------------------------------------------------------------------
 
 COMPARE_MD_FILE = "compare.md"

@@ -1,0 +1,182 @@
+"""The expected results of the test plans as checks: pure functions over a run's
+``summary.json`` (:class:`~testbed.results.summary.RunSummary`), each returning an
+:class:`Outcome` (passed or not, the figure measured, the bound it was held to).
+
+The plans' words (sonic-mgmt docs/testplan/: "no loss, no NAK or sequence error on the tester",
+"PFC seen on queue 3", "ECN-CE seen", "CNPs", "rates within 30%", the watchdog's "storm
+detected" and "restored") each become one check here. A figure the run did not write is a
+failure, never a pass: unknown is not ok.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.analysis.fidelity import verdict_problem
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One expected result of one run: ``ok``, what was measured and the bound it was held to,
+    both in words so the report can print them as they are."""
+
+    ok: bool
+    measured: str
+    bound: str
+
+
+Summary = dict[str, Any]
+CheckFn = Callable[[Summary], Outcome]
+
+
+def _qps(summary: Summary, flows: list[str] | None = None) -> list[dict]:
+    return [q for name, f in (summary.get("flows") or {}).items()
+            if flows is None or name in flows for q in f.get("qps", [])]
+
+
+def faithful(summary: Summary) -> Outcome:
+    """The run counts only if the fidelity guard called it faithful (testbed.analysis.fidelity)."""
+    problem = verdict_problem(summary.get("fidelity"))
+    return Outcome(problem is None, "faithful" if problem is None else problem,
+                   "every fidelity check measured and passed")
+
+
+def no_lossless_drop(summary: Summary) -> Outcome:
+    """"No loss" on the lossless classes: the switches' kernel gates dropped nothing there."""
+    drops = summary.get("kernel_drops_lossless")
+    head = (summary.get("headline") or {}).get("lossless_drops")
+    if drops is None:
+        return Outcome(False, "kernel_drops_lossless not written", "0 drops")
+    total = drops + (head or 0) if head is not None and head != drops else drops
+    return Outcome(total == 0, f"{total} lossless drops", "0 drops")
+
+
+def no_resend(summary: Summary) -> Outcome:
+    """"No NAK or sequence error on the tester": no NAK, no retransmission, no timeout on any QP."""
+    qps = _qps(summary)
+    if not qps:
+        return Outcome(False, "no QP in the summary", "0 NAKs, retransmissions, timeouts")
+    naks = sum(q.get("naks", 0) for q in qps)
+    resent = sum(q.get("retransmitted", 0) for q in qps)
+    timeouts = sum(q.get("timeouts", 0) for q in qps)
+    return Outcome(naks == resent == timeouts == 0,
+                   f"{naks} NAKs, {resent} retransmitted, {timeouts} timeouts",
+                   "0 NAKs, retransmissions, timeouts")
+
+
+def delivered(summary: Summary) -> Outcome:
+    """Every flow delivered bytes and no QP ran out of retries."""
+    flows = summary.get("flows") or {}
+    empty = [n for n, f in flows.items() if not f.get("bytes_received")]
+    failed = sum(1 for q in _qps(summary) if q.get("failed"))
+    ok = bool(flows) and not empty and failed == 0
+    got = sum(f.get("bytes_received", 0) for f in flows.values())
+    return Outcome(ok, f"{got} bytes over {len(flows)} flows; empty {empty or 'none'}; "
+                       f"{failed} QPs failed", "every flow > 0 bytes, 0 failed QPs")
+
+
+def pfc_seen(summary: Summary) -> Outcome:
+    """"PFC seen": the switches sent PFC frames."""
+    frames = sum((summary.get("pfc_frames_sent") or {}).values())
+    return Outcome(frames >= 1, f"{frames} PFC frames sent by the switches", ">= 1")
+
+
+def no_pfc(summary: Summary) -> Outcome:
+    """No PFC frame: the class is not lossless, so nothing may pause."""
+    frames = sum((summary.get("pfc_frames_sent") or {}).values())
+    return Outcome(frames == 0, f"{frames} PFC frames sent by the switches", "0")
+
+
+def pfc_on_switches(minimum: int) -> CheckFn:
+    """"PFC propagation": pause frames sent by at least ``minimum`` switches (the congested leaf
+    and the hop upstream of it)."""
+    def check(summary: Summary) -> Outcome:
+        sent = {s: n for s, n in (summary.get("pfc_frames_sent") or {}).items() if n > 0}
+        return Outcome(len(sent) >= minimum, f"PFC from {sorted(sent) or 'no switch'}",
+                       f">= {minimum} switches")
+    return check
+
+
+def ecn_marked(summary: Summary) -> Outcome:
+    """"ECN-CE seen": the switches marked packets Congestion Experienced."""
+    marked = (summary.get("headline") or {}).get("ecn_marked")
+    if marked is None:
+        return Outcome(False, "headline.ecn_marked not written", ">= 1")
+    return Outcome(marked >= 1, f"{marked} packets marked CE", ">= 1")
+
+
+def cnps_every_sender(summary: Summary) -> Outcome:
+    """"CNPs": every flow's sender received congestion notifications."""
+    flows = summary.get("flows") or {}
+    per = {n: sum(q.get("cnps_received", 0) for q in f.get("qps", [])) for n, f in flows.items()}
+    ok = bool(per) and all(v >= 1 for v in per.values())
+    return Outcome(ok, ", ".join(f"{n} {v}" for n, v in per.items()) or "no flow",
+                   ">= 1 CNP per sender")
+
+
+def rates_within(share: float) -> CheckFn:
+    """"Rates within 30%": the slowest competing flow's goodput at least ``1 - share`` of the
+    fastest's (headline goodput over each flow's active time; victims left out)."""
+    def check(summary: Summary) -> Outcome:
+        flows = (summary.get("headline") or {}).get("flows") or {}
+        rates = {n: f.get("goodput_mbps") or 0.0 for n, f in flows.items() if not f.get("victim")}
+        if len(rates) < 2 or max(rates.values()) <= 0:
+            return Outcome(False, f"goodputs {rates}", f"min/max >= {1 - share:g}")
+        ratio = min(rates.values()) / max(rates.values())
+        shown = ", ".join(f"{n} {v:.2f}" for n, v in rates.items())
+        return Outcome(ratio >= 1 - share, f"min/max {ratio:.3f} (Mbit/s: {shown})",
+                       f"min/max >= {1 - share:g}")
+    return check
+
+
+def ecmp_balanced(max_imbalance: float) -> CheckFn:
+    """"Hashing and load balancing": every ECMP stage's busiest link within ``max_imbalance``
+    of the stage's mean (headline.max_imbalance: max over mean utilization)."""
+    def check(summary: Summary) -> Outcome:
+        imb = (summary.get("headline") or {}).get("max_imbalance")
+        bound = f"max/mean <= {max_imbalance:g}"
+        if imb is None:
+            return Outcome(False, "no ECMP stage carried data", bound)
+        return Outcome(imb <= max_imbalance, f"max/mean {imb:.3f}", bound)
+    return check
+
+
+def _events(summary: Summary, event: str) -> list[dict]:
+    return [e for e in summary.get("watchdog_events") or [] if e.get("event") == event]
+
+
+def _storm_start(summary: Summary) -> float | None:
+    for t in summary.get("timeline") or []:
+        if ": storm (" in str(t.get("event", "")):  # testbed.run.scenario_run's words
+            return float(t["t_s"])
+    return None
+
+
+def storm_detected_within(limit_s: float) -> CheckFn:
+    """"Storm detection": a storm_detected event within ``limit_s`` of the storm's start (the
+    watchdog's detection_time + polling_interval, the PFC watchdog test plan's timer check)."""
+    def check(summary: Summary) -> Outcome:
+        found = _events(summary, "storm_detected")
+        start = _storm_start(summary)
+        if not found or start is None:
+            return Outcome(False, f"{len(found)} storm_detected events; storm start {start}",
+                           f"detected within {limit_s:g} s")
+        delay = float(found[0]["t_s"]) - start
+        return Outcome(0 <= delay <= limit_s,
+                       f"detected {delay:.3f} s after the storm began on {found[0]['switch']}",
+                       f"within {limit_s:g} s")
+    return check
+
+
+def storm_restored(summary: Summary) -> Outcome:
+    """"Restoration": the watchdog restored the queue once the storm stopped."""
+    n = len(_events(summary, "storm_restored"))
+    return Outcome(n >= 1, f"{n} storm_restored events", ">= 1")
+
+
+def no_storm_event(summary: Summary) -> Outcome:
+    """Watchdog off: no storm is detected (the plan's negative case)."""
+    n = len(_events(summary, "storm_detected"))
+    return Outcome(n == 0, f"{n} storm_detected events", "0")

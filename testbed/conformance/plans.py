@@ -1,0 +1,214 @@
+"""The three plans' cases: each a scenario built in code, its scaling to this testbed, and its
+expected results as checks (:mod:`.checks`), or the reason it does not apply here.
+
+Sources (public, sonic-mgmt repository, docs/testplan/): the RoCEv2 test plan's eleven cases,
+the PFC test plan (lossless class does not drop under congestion; a lossy class is not paused)
+and the PFC watchdog test plan (storm detection, mitigation, restoration, timers). The plans
+are written for 100G ports and a hardware tester; here the hosts are the tester at this
+fabric's link rate, so each case states its scaling, which the report prints and writes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.conformance import checks as c
+
+PLANS = ("rocev2", "pfc", "pfcwd")
+
+#: The plan's fairness bound: "rates of rank 0 and rank 1 within 30%" (RoCEv2 plan, QP fairness).
+FAIRNESS_SHARE = 0.30
+#: Hashing: the busiest ECMP member at most this much over the stage's mean utilization. The plan
+#: asks for traffic "distributed across the members"; 1.5 allows a 3:1 split of two members at
+#: most, which a hash that ignores the UDP source port (every QP on one spine) exceeds.
+MAX_ECMP_IMBALANCE = 1.5
+#: The PFC watchdog of the pfcwd cases (SONiC's defaults are 200 ms detection, 200 ms
+#: restoration, 100 ms polling; doubled here for a 2-core emulation's agent period).
+WATCHDOG = {"enabled": True, "action": "drop", "detection_time_ms": 400,
+            "restoration_time_ms": 800, "polling_interval_ms": 100}
+#: detection_time + polling_interval, plus one polling interval for the agent's sample.
+DETECT_LIMIT_S = (400 + 2 * 100) / 1000
+
+Check = tuple[str, c.CheckFn]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case of a plan: ``scenario`` (a scenario's YAML as a dict), the ``checks`` of its
+    expected results, and ``scaling`` (the plan's figures against this testbed's); or, if the
+    fabric lacks what it needs, ``na`` saying exactly what is missing."""
+
+    plan: str
+    id: str
+    title: str
+    scaling: str = ""
+    scenario: dict[str, Any] = field(default_factory=dict)
+    checks: tuple[Check, ...] = ()
+    na: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.plan}.{self.id}"
+
+
+FABRIC = {"spines": 2, "leaves": 2, "hosts_per_leaf": 2}
+
+
+def _flow(name: str, src: str, dst: str, **kw: Any) -> dict:
+    return {"name": name, "src": src, "dst": dst, "qps": kw.pop("qps", 2),
+            "message_bytes": 65536, "duration_s": kw.pop("duration_s", 5),
+            "start_s": kw.pop("start_s", 0.5), **kw}
+
+
+def _incast(name: str, qos: dict, dcqcn: bool, **extra: Any) -> dict:
+    """3:1 incast onto h1 (the plans' N:1 congestion), 6 s."""
+    return {"name": name, "fabric": dict(FABRIC), "qos": qos, "endpoints": {"dcqcn": dcqcn},
+            "duration_s": 6, "settle_s": 2,
+            "flows": [_flow(f"{s}-h1", s, "h1") for s in ("h2", "h3", "h4")], **extra}
+
+
+BASE: tuple[Check, ...] = (("faithful", c.faithful), ("delivered", c.delivered))
+LOSSLESS: tuple[Check, ...] = (("no lossless drop", c.no_lossless_drop),
+                               ("no NAK or sequence error", c.no_resend))
+INCAST_SCALING = ("plan: N:1 incast at 100G line rate; here 3:1 (h2, h3, h4 -> h1), 2 QPs each, "
+                  "64 KiB WRITEs for 5 s at the fabric's host link rate")
+
+
+def _rocev2() -> list[Case]:
+    pfc3 = {"pfc_enable": [3], "ecn": {}}
+    return [
+        Case("rocev2", "1", "Basic forwarding without congestion",
+             "plan: one flow per port pair under line rate; here h1->h3 and h2->h4 across the "
+             "spines, 1 QP each, capped at 20 Mbit/s per QP, 4 s",
+             {"name": "conf-rocev2-1", "fabric": dict(FABRIC), "qos": pfc3,
+              "endpoints": {"dcqcn": False}, "duration_s": 4, "settle_s": 1,
+              "flows": [_flow("h1-h3", "h1", "h3", qps=1, duration_s=3, rate_cap_mbps=20),
+                        _flow("h2-h4", "h2", "h4", qps=1, duration_s=3, rate_cap_mbps=20)]},
+             (*BASE, *LOSSLESS, ("no PFC", c.no_pfc))),
+        Case("rocev2", "2", "Congestion control with PFC", INCAST_SCALING,
+             _incast("conf-rocev2-2", pfc3, False),
+             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen))),
+        Case("rocev2", "3", "Congestion control with DCQCN", INCAST_SCALING + "; ECN, no PFC",
+             _incast("conf-rocev2-3", {"pfc_enable": [], "ecn": {3: {}}}, True),
+             (*BASE, ("ECN-CE seen on class 3", c.ecn_marked),
+              ("CNPs at every sender", c.cnps_every_sender))),
+        Case("rocev2", "4", "Congestion control with PFC + ECN (storage traffic)",
+             INCAST_SCALING + "; PFC and ECN on class 3, DCQCN",
+             _incast("conf-rocev2-4", {"pfc_enable": [3], "ecn": {3: {}}}, True),
+             (*BASE, *LOSSLESS, ("ECN-CE seen on class 3", c.ecn_marked),
+              ("CNPs at every sender", c.cnps_every_sender))),
+        Case("rocev2", "5", "PFC propagation",
+             "plan: pause spreads from the congested port upstream; here 3:1 incast onto h1 "
+             "whose remote senders (h3, h4) come through a spine, so the leaf pauses the spine "
+             "and the spine pauses leaf2",
+             _incast("conf-rocev2-5", pfc3, False),
+             (*BASE, *LOSSLESS, ("PFC from congested leaf and upstream", c.pfc_on_switches(2)))),
+        Case("rocev2", "6", "QP fairness with DCQCN",
+             "plan: rank 0 and rank 1 QPs sharing a bottleneck, rates within 30%; here h3->h1 and "
+             "h4->h1 (1 QP each) for 12 s with DCQCN, PFC as backstop",
+             {"name": "conf-rocev2-6", "fabric": dict(FABRIC),
+              "qos": {"pfc_enable": [3], "ecn": {3: {}}}, "endpoints": {"dcqcn": True},
+              "duration_s": 12, "settle_s": 1,
+              "flows": [_flow("h3-h1", "h3", "h1", qps=1, duration_s=11),
+                        _flow("h4-h1", "h4", "h1", qps=1, duration_s=11)]},
+             (*BASE, ("rates within 30%", c.rates_within(FAIRNESS_SHARE)))),
+        Case("rocev2", "7", "Hashing and load balancing",
+             "plan: many flows spread over ECMP members; here h1->h3, h2->h4, h1->h4, h2->h3 "
+             "with 4 QPs each at line rate across 2 spines (5-tuple hash incl. UDP source "
+             "port), 4 s",
+             {"name": "conf-rocev2-7", "fabric": dict(FABRIC), "qos": pfc3,
+              "endpoints": {"dcqcn": False}, "duration_s": 4, "settle_s": 1,
+              "flows": [_flow(f"{s}-{d}", s, d, qps=4, duration_s=3)
+                        for s, d in (("h1", "h3"), ("h2", "h4"), ("h1", "h4"), ("h2", "h3"))]},
+             (*BASE, ("ECMP members balanced", c.ecmp_balanced(MAX_ECMP_IMBALANCE)))),
+        Case("rocev2", "8", "Packet spray", na=(
+            "needs per-packet load balancing in the switches (ECMP here hashes per flow) and "
+            "an out-of-order receiver (the endpoint's Go-Back-N NAKs any gap)")),
+        Case("rocev2", "9", "Lossless priority against best-effort background", na=(
+            "needs line-rate non-RoCE best-effort background traffic in class 0; the endpoints "
+            "send only RoCEv2 (a RoCE flow in class 0 is not the plan's background)")),
+        Case("rocev2", "10", "Failover and recovery", na=(
+            "the plan's failover expects no loss across a link failure; the fabric can take a "
+            "link down (faults: link_down) but no case and bound for recovery time is built yet")),
+        Case("rocev2", "11", "Control-plane ACK timeouts under PFC", na=(
+            "needs ACK/NAK in a class of their own (the endpoints send ACKs in the data's "
+            "class; per-flow ACK and CNP classes are not configurable)")),
+    ]
+
+
+def _pfc() -> list[Case]:
+    return [
+        Case("pfc", "lossless", "Lossless class does not drop under congestion",
+             INCAST_SCALING + "; PFC on class 3",
+             _incast("conf-pfc-lossless", {"pfc_enable": [3], "ecn": {}}, False),
+             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen))),
+        Case("pfc", "lossy", "Lossy class is not paused",
+             INCAST_SCALING + "; class 3 lossy (PFC off)",
+             _incast("conf-pfc-lossy", {"pfc_enable": [], "ecn": {}}, False),
+             (("faithful", c.faithful), ("no PFC on a lossy class", c.no_pfc))),
+    ]
+
+
+def _storm(name: str, watchdog: dict) -> dict:
+    return {"name": name, "fabric": dict(FABRIC), "qos": {"pfc_enable": [3], "ecn": {}},
+            "agent": {"pfc_watchdog": watchdog}, "endpoints": {"dcqcn": False},
+            "duration_s": 8, "settle_s": 2,
+            "routes": [{"switch": "leaf2", "prefix": "10.0.1.0/24", "via": "spine1"}],
+            "flows": [_flow("to-storming", "h3", "h2", qps=1, duration_s=7),
+                      _flow("victim", "h4", "h1", qps=1, duration_s=7)],
+            "faults": [{"at_s": 1.5, "host": "h2", "mode": "storm", "tc": 3, "until_s": 4.5}]}
+
+
+STORM_SCALING = ("plan: tester storms PFC on a lossless queue; here h2 sends PAUSE for class 3 "
+                 "from 1.5 s to 4.5 s of an 8 s run, watchdog 400 ms detection / 800 ms "
+                 "restoration / 100 ms polling (SONiC default 200/200/100)")
+
+
+def _pfcwd() -> list[Case]:
+    return [
+        Case("pfcwd", "storm", "Storm detection, mitigation and restoration", STORM_SCALING,
+             _storm("conf-pfcwd-storm", dict(WATCHDOG)),
+             (("faithful", c.faithful),
+              ("storm detected within detection + polling",
+               c.storm_detected_within(DETECT_LIMIT_S)),
+              ("queue restored after the storm", c.storm_restored))),
+        Case("pfcwd", "off", "Watchdog disabled: no detection", STORM_SCALING + "; watchdog off",
+             _storm("conf-pfcwd-off", {"enabled": False}),
+             (("faithful", c.faithful), ("no storm detected", c.no_storm_event))),
+    ]
+
+
+REGISTRY: dict[str, Callable[[], list[Case]]] = {"rocev2": _rocev2, "pfc": _pfc,
+                                                 "pfcwd": _pfcwd}
+
+
+def cases(plan: str = "all") -> list[Case]:
+    """The cases of one plan, or of all, in the plans' order (fresh copies: a caller may
+    change a case's scenario)."""
+    names = PLANS if plan == "all" else (plan,)
+    return [copy.deepcopy(k) for p in names for k in REGISTRY[p]()]
+
+
+class SelectionError(ValueError):
+    """A --plan or --case that names nothing: its message is the one line the CLI prints."""
+
+
+def select(plan: str, ids: list[str] | None) -> list[Case]:
+    """The cases to run: a plan (or all) and, optionally, case ids (``7`` or ``rocev2.7``)."""
+    if plan != "all" and plan not in PLANS:
+        raise SelectionError(f"--plan {plan}: no such plan; choose one of "
+                             f"{', '.join(PLANS)}, all")
+    pool = cases(plan)
+    if not ids:
+        return pool
+    out = []
+    for want in ids:
+        hit = [k for k in pool if want in (k.id, k.key)]
+        if not hit:
+            raise SelectionError(f"--case {want}: no such case in plan {plan}; choose among "
+                                 f"{', '.join(k.key for k in pool)}")
+        out += [k for k in hit if k not in out]
+    return out
