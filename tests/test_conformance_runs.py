@@ -2,7 +2,8 @@
 three plans passes on the default fabric with every run faithful, the JUnit file says so case
 by case, and the not-applicable cases are skipped with their reason, never passed. Then the
 plans catch what they exist to catch: ECN marking off fails the DCQCN cases' "ECN-CE seen" and
-"CNPs", and the watchdog off fails storm detection."""
+"CNPs", the watchdog off fails storm detection, and a hash without the UDP source port
+fails the hashing case."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def _broken(key: str, change) -> object:
 
 
 @pytest.mark.bmv2
-def test_ecn_off_fails_the_dcqcn_cases_and_watchdog_off_fails_detection(
+def test_ecn_off_fails_dcqcn_watchdog_off_fails_detection_no_sport_fails_hashing(
         tmp_path: Path) -> None:
     def no_ecn(sc: dict) -> None:
         sc["qos"]["ecn"] = {}
@@ -64,7 +65,11 @@ def test_ecn_off_fails_the_dcqcn_cases_and_watchdog_off_fails_detection(
     def no_watchdog(sc: dict) -> None:
         sc["agent"]["pfc_watchdog"] = {"enabled": False}
 
-    broken = [_broken("rocev2.4", no_ecn), _broken("pfcwd.storm", no_watchdog)]
+    def no_sport(sc: dict) -> None:
+        sc["ecmp"] = {"hash_fields": ["src_ip", "dst_ip", "ip_proto", "dst_port"]}
+
+    broken = [_broken("rocev2.4", no_ecn), _broken("pfcwd.storm", no_watchdog),
+              _broken("rocev2.7", no_sport)]
     rows = run_cases(broken, tmp_path, {}, say=lambda _m: None)
     status = {(r.key, r.check): r.status for r in rows}
     # the runs themselves are sound: what fails is the fabric's behaviour, not the emulation
@@ -75,3 +80,5 @@ def test_ecn_off_fails_the_dcqcn_cases_and_watchdog_off_fails_detection(
     assert status[("rocev2.4", "no lossless drop")] == PASS  # PFC still holds the class
     assert status[("pfcwd.storm", "storm detected within detection + polling")] == FAIL
     assert status[("pfcwd.storm", "queue restored after the storm")] == FAIL
+    assert status[("rocev2.7", "faithful")] == PASS
+    assert status[("rocev2.7", "ECMP members balanced")] == FAIL  # every QP on one member
