@@ -41,7 +41,8 @@ def profile(us_per_pass: float = 200.0, builds: tuple[str, ...] = ("default", "f
     return Profile(measured_at="2026-12-03T17:00:00+00:00", cores=2, background_cores=0.0,
                    builds={b: BuildCost(us_per_pass=us_per_pass, idle_cores=0.01)
                            for b in builds},
-                   endpoint_us_per_frame=100.0, endpoint_idle_cores=0.005,
+                   endpoint_us_per_frame=100.0, endpoint_us_per_frame_per_qp=0.0,
+                   endpoint_idle_cores=0.005,
                    agent_us_per_wakeup=200.0, agent_wakeups_per_s=50.0)
 
 
@@ -73,6 +74,18 @@ def test_incast_priced_by_hand() -> None:
     assert "rate 10 Mbit/s" in line and "time scale 4,000" in line and "250 us" in line
     assert line.endswith("needs 0.40 of 1.50 cores (2 cores less 25% margin, "
                          f"{v.build} build): fits")
+
+
+def test_each_further_qp_an_endpoint_holds_prices_its_frames_higher() -> None:
+    """incast.yaml's h1 holds the 8 responders of its 4 senders' 2 QPs each and handles all
+    FRAMES; each sender holds 2 and handles a quarter. At 10 us more a frame for each further
+    QP: h1 FRAMES x (100 + 7 x 10) us, the senders 4 x FRAMES / 4 x (100 + 10) us."""
+    sc = load_scenario(INCAST)
+    p = profile().model_copy(update={"endpoint_us_per_frame_per_qp": 10.0})
+    v = scenario_verdict(sc.cfg, sc.topo, sc.extras, p)
+    assert v.load.host_qps == {"h1": 8, "h2": 0, "h3": 2, "h4": 2, "h5": 2, "h6": 2}
+    assert v.demand is not None
+    assert v.demand.endpoints == pytest.approx(0.03 + FRAMES * (170 + 110) * 1e-6, rel=1e-6)
 
 
 def test_over_budget_names_the_field_and_the_fix() -> None:

@@ -35,7 +35,8 @@ def test_shipped_scenarios_load(tmp_path: Path, monkeypatch) -> None:
     write_profile(Profile(measured_at="2026-12-03T17:00:00+00:00", cores=2, background_cores=0,
                           builds={b: BuildCost(us_per_pass=200.0, idle_cores=0.01)
                                   for b in ("default", "fast")},
-                          endpoint_us_per_frame=100.0, endpoint_idle_cores=0.005,
+                          endpoint_us_per_frame=100.0, endpoint_us_per_frame_per_qp=0.0,
+                   endpoint_idle_cores=0.005,
                           agent_us_per_wakeup=200.0, agent_wakeups_per_s=50.0), path)
     monkeypatch.setenv(calibration_store.ENV, str(path))
     files = sorted((REPO / "scenarios").glob("*.yaml"))

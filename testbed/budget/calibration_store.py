@@ -31,6 +31,10 @@ class ProfileError(Exception):
     """A profile that cannot be trusted or read: one line naming the path and the fix."""
 
 
+class StaleProfile(ProfileError):
+    """A profile of another version: calibrating again replaces it (its other builds too)."""
+
+
 def profile_path() -> Path:
     return Path(os.environ.get(ENV) or DEFAULT_PATH)
 
@@ -80,7 +84,7 @@ def read_profile(path: Path | None = None) -> Profile | None:
     try:
         data = json.loads(text)
         if data.get("version") != PROFILE_VERSION:
-            raise ProfileError(f"{path}: a profile of version {data.get('version')}, this "
+            raise StaleProfile(f"{path}: a profile of version {data.get('version')}, this "
                                f"testbed reads version {PROFILE_VERSION}: run `sudo testbed "
                                f"calibrate` again")
         return Profile.model_validate(data)

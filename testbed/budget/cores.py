@@ -6,10 +6,13 @@ endpoint for each frame it sends or receives, an agent for each wake-up. ``testb
 measures each once (:mod:`testbed.run.calibrate`); here a load is priced with them:
 
     cores needed = sum over switches (BMv2 idle + passes/s x CPU a pass)
-                 + sum over hosts (endpoint idle + frames/s x CPU a frame)
+                 + sum over hosts (endpoint idle + frames/s x CPU a frame at its QPs)
                  + agents x wake-ups/s x CPU a wake-up
 
-and the run fits when that is within the cores left for the testbed less a margin
+where an endpoint's CPU a frame is the calibrated single QP's plus a measured increment for
+each further QP it holds (its requesters and responders: every QP adds its own timers, pacing
+and DCQCN state to the endpoint's loop; measured it is small, docs/BUDGET.md). The run fits
+when that is within the cores left for the testbed less a margin
 (``fidelity.cpu_budget_margin``). Without a profile the budget is unknown, and unknown is not
 a fit. Pure logic: no file is read here (:mod:`testbed.budget.calibration_store` reads the profile).
 """
@@ -26,7 +29,7 @@ from testbed.budget.load_model import Load
 from traffic.dcqcn import REFERENCE_LINK_BPS
 
 #: The profile's layout; a profile of another version is not read (calibrate again).
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
 #: The rates `auto` may choose, as FabricShape allows them (Mbit/s), and its step.
 AUTO_MIN_MBPS, AUTO_MAX_MBPS, AUTO_STEP_MBPS = 0.1, 1000.0, 0.1
 
@@ -50,7 +53,10 @@ class Profile(BaseModel):
     cores: int = Field(ge=1, description="cores this process may run on")
     background_cores: float = Field(ge=0, description="cores busy with other work meanwhile")
     builds: dict[str, BuildCost] = Field(description="per BMv2 build: default, fast")
-    endpoint_us_per_frame: float = Field(gt=0)
+    endpoint_us_per_frame: float = Field(gt=0, description="CPU (us) a frame costs an "
+                                         "endpoint holding one QP")
+    endpoint_us_per_frame_per_qp: float = Field(ge=0, description=(
+        "what each further QP an endpoint holds adds to its CPU (us) a frame"))
     endpoint_idle_cores: float = Field(ge=0)
     agent_us_per_wakeup: float = Field(gt=0)
     agent_wakeups_per_s: float = Field(ge=0)
@@ -90,8 +96,16 @@ def demand(load: Load, profile: Profile, build: str) -> Demand:
     return Demand(
         switches=n_sw * cost.idle_cores + load.passes * cost.us_per_pass * 1e-6,
         endpoints=n_hosts * profile.endpoint_idle_cores
-        + load.frames * profile.endpoint_us_per_frame * 1e-6,
+        + sum(fps * endpoint_us_per_frame(profile, load.host_qps.get(h, 1))
+              for h, fps in load.host_fps.items()) * 1e-6,
         agents=n_sw * profile.agent_wakeups_per_s * profile.agent_us_per_wakeup * 1e-6)
+
+
+def endpoint_us_per_frame(profile: Profile, qps: int) -> float:
+    """CPU (us) a frame costs an endpoint holding ``qps`` QPs: linear in the QPs from the
+    calibration's two points (one QP, and ``testbed.run.calibrate.WIDE_QPS``); beyond the
+    second it is extrapolated, which all-to-all among 8 hosts (14 QPs a host) needs."""
+    return profile.endpoint_us_per_frame + profile.endpoint_us_per_frame_per_qp * max(qps - 1, 0)
 
 
 Status = Literal["fits", "over", "unknown"]

@@ -71,6 +71,9 @@ class Load:
     flows: list[str] = field(default_factory=list)
     switch_pps: dict[str, float] = field(default_factory=dict)
     host_fps: dict[str, float] = field(default_factory=dict)
+    #: the QPs each host's endpoint holds then, requesters and responders (what a frame costs
+    #: grows with them: testbed.budget.cores.demand)
+    host_qps: dict[str, int] = field(default_factory=dict)
     #: each flow's goodput in Mbit/s (payload bytes), summed over its QPs
     flow_mbps: dict[str, float] = field(default_factory=dict)
 
@@ -236,6 +239,7 @@ def load_at(topo: Topology, flows: list[FlowSpec], cnp_classes: set[int],
                 _fabric_rate(topo), flows=[f.name for f in flows])
     sw: dict[str, float] = defaultdict(float)
     hosts: dict[str, float] = defaultdict(float)
+    host_qps: dict[str, int] = defaultdict(int)
     goodput: dict[str, float] = defaultdict(float)
     for q in qps:
         f = q.flow
@@ -252,9 +256,12 @@ def load_at(topo: Topology, flows: list[FlowSpec], cnp_classes: set[int],
             sw[name] += (acks + cnps) * share
         hosts[f.src] += data + acks + cnps
         hosts[f.dst] += data + acks + cnps
+        host_qps[f.src] += q.n
+        host_qps[f.dst] += q.n
         goodput[f.name] += msgs * f.message_bytes * 8 / 1e6
     load.switch_pps = {s.name: sw.get(s.name, 0.0) for s in topo.switches}
     load.host_fps = {h.name: hosts.get(h.name, 0.0) for h in topo.hosts}
+    load.host_qps = {h.name: host_qps.get(h.name, 0) for h in topo.hosts}
     load.flow_mbps = dict(goodput)
     return load
 

@@ -54,7 +54,12 @@ def calibrate(
     if os.geteuid() != 0:
         _fail("calibrating brings up a small fabric and writes a root-owned profile: run it "
               "with sudo")
-    from testbed.budget.calibration_store import ProfileError, read_profile, write_profile
+    from testbed.budget.calibration_store import (
+        ProfileError,
+        StaleProfile,
+        read_profile,
+        write_profile,
+    )
     from testbed.config.bmv2_build import BuildError
     from testbed.control.p4runtime import ControlPlaneError
     from testbed.fabric.bmv2 import SwitchStartError
@@ -63,6 +68,9 @@ def calibrate(
 
     try:
         previous = read_profile()
+    except StaleProfile as exc:  # what calibrating is for: measured afresh, every build
+        _say(("note:", "yellow"), " ", f"{exc}; replacing it (other builds' figures too)")
+        previous = None
     except ProfileError as exc:
         _fail(str(exc))
     try:
@@ -77,7 +85,8 @@ def calibrate(
     _say(("calibrated:", "green"), " ", (
         f"{profile.cores} cores ({profile.background_cores:.2f} busy with other work); BMv2 "
         f"{ran} build {cost.us_per_pass:.0f} us a packet pass, {cost.idle_cores:.1%} of a "
-        f"core idle; endpoint {profile.endpoint_us_per_frame:.0f} us a frame, "
+        f"core idle; endpoint {profile.endpoint_us_per_frame:.0f} us a frame "
+        f"(+{profile.endpoint_us_per_frame_per_qp:.1f} us each further QP), "
         f"{profile.endpoint_idle_cores:.1%} idle; agent {profile.agent_us_per_wakeup:.0f} us "
         f"a wake-up at {profile.agent_wakeups_per_s:.0f}/s; written to {path}"))
     if profile.background_cores > 0.25:

@@ -100,7 +100,8 @@ def calibration_check() -> Check:
     return Check("calibration", True, (
         f"{profile_path()}, {p.measured_at}: {p.cores} cores, {p.background_cores:.2f} busy "
         f"with other work then; BMv2 {builds}; endpoint {p.endpoint_us_per_frame:.0f} us a "
-        f"frame; agent {p.agent_us_per_wakeup:.0f} us a wake-up, "
+        f"frame (+{p.endpoint_us_per_frame_per_qp:.1f} us each further QP); agent "
+        f"{p.agent_us_per_wakeup:.0f} us a wake-up, "
         f"{p.agent_wakeups_per_s:.0f} wake-ups/s"), required=False)
 
 

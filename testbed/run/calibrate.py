@@ -9,7 +9,10 @@ switches (what agent_floor.py counts); then, per unit:
 * BMv2: (the leaf's CPU under load - its idle CPU) / the packet passes it made (each frame
   from h1 to h2 or back passes the leaf once), and each switch's idle CPU;
 * an endpoint: (both endpoints' CPU under load - their idle CPU) / the frames they handled
-  (each frame is sent by one and received by the other), and an endpoint's idle CPU;
+  (each frame is sent by one and received by the other), and an endpoint's idle CPU; then the
+  same with the flow spread over WIDE_QPS QPs at the same link rate: what each further QP
+  adds to the CPU a frame (its timers, pacing and DCQCN state visited on every pass of the
+  endpoint's loop);
 * an agent: its CPU under load / its wake-ups, and its wake-ups a second;
 * the cores: those this process may run on, less what other work kept busy meanwhile
   (/proc/stat, as testbed.run.cpuload reads it).
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -36,9 +40,13 @@ from testbed.run.cpuload import busy_shares, read_jiffies
 #: The loaded window's link rate: about 600 data packets a second of 4 KB frames.
 CALIBRATION_MBPS = 20.0
 #: How long each window lasts (s): idle, warm-up, loaded. With the bring-up, under a minute.
-IDLE_S, WARMUP_S, LOAD_S = 3.0, 1.0, 6.0
-#: The flow's requester and responder QP numbers (traffic.flows.assign_qps for flow 0).
-REQUESTER_QPN, RESPONDER_QPN = 0x1000, 0x8000
+IDLE_S, WARMUP_S, LOAD_S = 3.0, 1.0, 4.0
+#: Loaded rounds (one QP, then WIDE_QPS), each figure the median of the rounds': on two
+#: shared cores one window's figure moved by half from one calibration to the next (a packet
+#: pass 158-206 us, a frame 67-100 us in three calibrations within a minute).
+ROUNDS = 3
+#: The second loaded window's QPs, h1 to h2 (an endpoint of all-to-all among 8 hosts holds 14).
+WIDE_QPS = 8
 
 
 @dataclass
@@ -54,22 +62,33 @@ class Window:
     frames: int = 0  # frames between h1 and h2 (data, ACKs, CNPs)
 
 
+def _us_per_frame(eps_idle: float, w: Window) -> float:
+    return max(w.endpoints_s - eps_idle * w.seconds, 0.0) / (2 * w.frames) * 1e6
+
+
 def costs(idle: Window, load: Window, n_switches: int, n_endpoints: int,
-          n_agents: int) -> dict[str, float]:
-    """The per-unit costs from an idle and a loaded window (pure: unit-tested)."""
-    if load.frames <= 0:
+          n_agents: int, wide: Window | None = None) -> dict[str, float]:
+    """The per-unit costs from an idle and a loaded window, and ``wide``, the loaded window
+    again with WIDE_QPS QPs (pure: unit-tested)."""
+    if load.frames <= 0 or (wide is not None and wide.frames <= 0):
         raise ValueError("the loaded window carried no frames: the flow did not run")
     leaf_idle = idle.bmv2_leaf_s / idle.seconds
     eps_idle = idle.endpoints_s / idle.seconds
     return {
         "us_per_pass": max(load.bmv2_leaf_s - leaf_idle * load.seconds, 0.0) / load.frames * 1e6,
         "bmv2_idle_cores": idle.bmv2_all_s / idle.seconds / n_switches,
-        "endpoint_us_per_frame": max(load.endpoints_s - eps_idle * load.seconds, 0.0)
-        / (2 * load.frames) * 1e6,
+        "endpoint_us_per_frame": _us_per_frame(eps_idle, load),
+        "endpoint_us_per_frame_per_qp": 0.0 if wide is None else max(
+            _us_per_frame(eps_idle, wide) - _us_per_frame(eps_idle, load), 0.0) / (WIDE_QPS - 1),
         "endpoint_idle_cores": eps_idle / n_endpoints,
         "agent_us_per_wakeup": load.agents_s / max(load.agent_wakeups, 1) * 1e6,
         "agent_wakeups_per_s": load.agent_wakeups / load.seconds / n_agents,
     }
+
+
+def median_costs(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds (pure: unit-tested)."""
+    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
 
 
 def calibration_config(build: str) -> FabricConfig:
@@ -102,11 +121,13 @@ def _wakeups(procs) -> int:
 
 
 def _frames(eps) -> int:
-    """Frames between h1 and h2 so far: data packets sent (resends too), ACKs, CNPs."""
-    req = eps["h1"].call(cmd="stats")["qps"].get(str(REQUESTER_QPN), {})
-    resp = eps["h2"].call(cmd="stats")["qps"].get(str(RESPONDER_QPN), {})
-    return (req.get("packets_sent", 0) + resp.get("acks_sent", 0) + resp.get("naks_sent", 0)
-            + resp.get("cnps_sent", 0))
+    """Frames between h1 and h2 so far, every QP's: data packets sent (resends too) by h1's
+    requesters, ACKs, NAKs and CNPs by h2's responders."""
+    sent = eps["h1"].call(cmd="stats")["qps"].values()
+    answered = eps["h2"].call(cmd="stats")["qps"].values()
+    return (sum(q.get("packets_sent", 0) for q in sent)
+            + sum(q.get("acks_sent", 0) + q.get("naks_sent", 0) + q.get("cnps_sent", 0)
+                  for q in answered))
 
 
 def background_cores(seconds: float = 1.0) -> float:
@@ -150,16 +171,28 @@ def measure(build: str = "auto", progress=print) -> tuple[str, BuildCost, dict[s
                   "endpoints": [psutil.Process(p.pid) for p in fabric.endpoint_pool.procs]}
         progress(f"measuring idle ({IDLE_S:g} s)")
         idle = _measure(fabric, groups, leaf, IDLE_S)
-        flow = FlowSpec(name="calibrate", src="h1", dst="h2", message_bytes=65536,
-                        duration_s=WARMUP_S + LOAD_S + 2)
-        runner = FlowRunner([flow], eps, {h.name: h.ip for h in topo.hosts})
-        runner.start()
-        time.sleep(WARMUP_S)
-        progress(f"measuring h1 -> h2 at {CALIBRATION_MBPS:g} Mbit/s ({LOAD_S:g} s)")
-        load = _measure(fabric, groups, leaf, LOAD_S, eps)
+        # ROUNDS x (one QP, then WIDE_QPS), each flow ended before the next: distinct QP
+        # numbers, one runner
+        gap = WARMUP_S + LOAD_S + 0.5
+        flows = [FlowSpec(name=f"calibrate-{k // 2}-{n}", src="h1", dst="h2",
+                          message_bytes=65536, qps=n, start_s=k * gap,
+                          duration_s=WARMUP_S + LOAD_S + 0.2)
+                 for k, n in enumerate((1, WIDE_QPS) * ROUNDS)]
+        runner = FlowRunner(flows, eps, {h.name: h.ip for h in topo.hosts})
+        t0 = time.monotonic()
+        runner.start(t0)
+        windows = []
+        for f in flows:
+            time.sleep(max(t0 + f.start_s + WARMUP_S - time.monotonic(), 0.0))
+            progress(f"measuring {f.name}: h1 -> h2 over {f.qps} QP"
+                     f"{'s' if f.qps > 1 else ''} at {CALIBRATION_MBPS:g} Mbit/s "
+                     f"({LOAD_S:g} s)")
+            windows.append(_measure(fabric, groups, leaf, LOAD_S, eps))
         runner.stop()
         ran = fabric.network.bmv2
-        c = costs(idle, load, len(nodes), len(groups["endpoints"]), len(groups["agents"]))
+        n = (len(nodes), len(groups["endpoints"]), len(groups["agents"]))
+        c = median_costs([costs(idle, windows[2 * r], *n, wide=windows[2 * r + 1])
+                          for r in range(ROUNDS)])
     assert ran is not None
     c["background_cores"] = background
     return ran.build, BuildCost(us_per_pass=c["us_per_pass"],
@@ -175,6 +208,7 @@ def profile_from(build: str, cost: BuildCost, c: dict[str, float],
                    cpu_model=_cpu_model(), cores=len(os.sched_getaffinity(0)),
                    background_cores=round(c["background_cores"], 3), builds=builds,
                    endpoint_us_per_frame=c["endpoint_us_per_frame"],
+                   endpoint_us_per_frame_per_qp=c["endpoint_us_per_frame_per_qp"],
                    endpoint_idle_cores=c["endpoint_idle_cores"],
                    agent_us_per_wakeup=c["agent_us_per_wakeup"],
                    agent_wakeups_per_s=c["agent_wakeups_per_s"])
