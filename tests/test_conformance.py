@@ -33,6 +33,7 @@ def summary(**kw) -> dict:
     base = {"flows": {f"{s}-h1": {"src": s, "dst": "h1", "qps": [qp()], "bytes_received": 1000}
                       for s in ("h2", "h3", "h4")},
             "pfc_frames_sent": {"leaf1": 40, "spine1": 3, "leaf2": 0},
+            "pfc_frames_by_class": {"3": 43},
             "kernel_drops_lossless": 0, "fidelity": FAITHFUL, "watchdog_events": [],
             "timeline": [{"t_s": 0.0, "event": "start"}],
             "headline": {"lossless_drops": 0, "ecn_marked": 0, "max_imbalance": 1.1,
@@ -45,7 +46,7 @@ def summary(**kw) -> dict:
 
 def test_a_clean_lossless_run_passes_the_lossless_checks() -> None:
     s = summary()
-    for fn in (c.faithful, c.no_lossless_drop, c.no_resend, c.delivered, c.pfc_seen,
+    for fn in (c.faithful, c.no_lossless_drop, c.no_resend, c.delivered, c.pfc_seen(3),
                c.pfc_on_switches(2), c.rates_within(0.3), c.ecmp_balanced(1.5)):
         assert fn(s).ok, fn(s)
 
@@ -77,7 +78,11 @@ def test_a_flagged_run_fails_faithful() -> None:
 
 
 def test_pfc_and_ecn_checks() -> None:
-    assert not c.pfc_seen(summary(pfc_frames_sent={"leaf1": 0})).ok
+    assert not c.pfc_seen(3)(summary(pfc_frames_by_class={})).ok
+    o = c.pfc_seen(4)(summary())  # class 3 paused, class 4 not
+    assert not o.ok and o.measured == "0 PFC frames for class 4 sent by the switches"
+    assert c.pfc_seen(4)(summary(pfc_frames_by_class={"3": 5, "4": 2})).ok
+    assert not c.pfc_seen(3)({}).ok  # not written: unknown, never a pass
     assert c.no_pfc(summary(pfc_frames_sent={"leaf1": 0})).ok
     assert not c.no_pfc(summary()).ok
     assert not c.pfc_on_switches(2)(summary(pfc_frames_sent={"leaf1": 9, "spine1": 0})).ok

@@ -57,7 +57,7 @@ def _broken(key: str, change) -> object:
 
 
 @pytest.mark.bmv2
-def test_ecn_off_fails_dcqcn_watchdog_off_fails_detection_no_sport_fails_hashing(
+def test_each_broken_configuration_fails_its_case(
         tmp_path: Path) -> None:
     def no_ecn(sc: dict) -> None:
         sc["qos"]["ecn"] = {}

@@ -310,3 +310,34 @@ def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
     assert dropped >= 1005 + len(CORRUPTIONS), st
     assert all_idle(done)
     assert done["qps"][str(0x100)]["bytes_acked"] == 10_000
+
+
+@pytest.mark.parametrize(("ack_tc", "timed_out"), [(None, True), (6, False)])
+def test_acks_in_a_class_of_their_own_pass_a_pause_of_the_data_class(
+        tmp_path: Path, ack_tc: int | None, timed_out: bool) -> None:
+    """SONiC's RoCEv2 test plan, case 11: the receiver is paused on class 3 for about a second
+    with a 0.26 s Local ACK Timeout (n = 4 at 10 Mbit/s). ACKs in the data's class wait out the
+    pause and the sender times out; ACKs in class 6 (the responder's ack_tc) pass, and nothing
+    times out. The ACKs carry their class's DSCP (48 for class 6)."""
+    with host_pair(tmp_path, line_mbps=10) as hp:
+        a, b = hp.endpoint("a", "--local-ack-timeout", "4"), hp.endpoint("b")
+        extra = {} if ack_tc is None else {"ack_tc": ack_tc}
+        b.call(cmd="qp", qpn=0x200, role="responder", peer_ip=IPS["a"], peer_qpn=0x100, tc=3,
+               **extra)
+        a.call(cmd="qp", qpn=0x100, role="requester", peer_ip=IPS["b"], peer_qpn=0x200, tc=3)
+        cap = tmp_path / "acks.pcap"
+        tcpdump = hp.run("a", "tcpdump", "-i", "eth0", "-w", str(cap), "-s", "0", "-U",
+                         "udp port 4791 and inbound", stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        a.call(cmd="post", qpn=0x100, kind="write", size=65536, count=200)
+        time.sleep(0.5)
+        _send_raw(hp, "a", [pfc_frame(MACS["a"], {3: 20000})])  # b pauses class 3, 1.024 s
+        time.sleep(1.5)
+        qp = a.call(cmd="stats")["qps"][str(0x100)]
+        tcpdump.terminate()
+        tcpdump.wait(5)
+    assert (qp["timeouts"] > 0) is timed_out, qp
+    from scapy.layers.inet import IP
+    dscps = {p[IP].tos >> 2 for p in rdpcap(str(cap)) if IP in p}
+    assert dscps == {26 if ack_tc is None else 48}, dscps

@@ -102,6 +102,10 @@ BAD_SCENARIOS = {
         "qos: {dscp_to_tc_map: {24: 3, 48: 6}}\n"
         "flows: [{name: a, src: h1, dst: h3, count: 1, tc: 5}]",
         ["flows.0.tc", "no DSCP reaches class 5", "e.g. qos.dscp_to_tc_map: {40: 5}"]),
+    "ACKs in a class no DSCP reaches": (
+        "qos: {dscp_to_tc_map: {26: 3, 48: 6}}\n"
+        "flows: [{name: a, src: h1, dst: h3, count: 1, ack_tc: 4}]",
+        ["flows.0.ack_tc", "no DSCP reaches class 4", "e.g. qos.dscp_to_tc_map: {32: 4}"]),
     "default class 3 flow with class 3 unmapped": (
         "qos: {dscp_to_tc_map: {48: 6}, pfc_enable: [], ecn: {}}",
         ["flows.0.tc", "no DSCP reaches class 3", "(0, 6)"]),

@@ -55,7 +55,8 @@ class ControlServer:
             self._housekeeping_by(now)
         if cmd == "qp":
             args = {k: req[k] for k in ("qpn", "role", "peer_ip", "peer_qpn", "tc", "sport",
-                                        "rate_cap_mbps", "start_psn", "max_outstanding", "rto_s")
+                                        "rate_cap_mbps", "start_psn", "max_outstanding", "rto_s",
+                                        "ack_tc")
                     if k in req}
             st = self.create_qp(**args)
             return {"ok": True, "qpn": st.qpn, "sport": st.sport}

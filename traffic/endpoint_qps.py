@@ -47,6 +47,8 @@ class QpState:
     _last_bytes: int = 0
     builder: RoceFrameBuilder | None = None  # ACKs (responder)
     cnp_builder: RoceFrameBuilder | None = None  # CNPs, with the CNP DSCP (responder)
+    ack_tc: int = -1  # the class of its ACKs/NAKs (responder); create_qp sets it
+
 
     @property
     def rate_bps(self) -> float:
@@ -79,17 +81,19 @@ class QpTable:
     def create_qp(self, qpn: int, role: str, peer_ip: str, peer_qpn: int, tc: int = 3,
                   sport: int | None = None, rate_cap_mbps: float | None = None,
                   start_psn: int = 0, max_outstanding: int = 32,
-                  rto_s: float | None = None) -> QpState:
+                  rto_s: float | None = None, ack_tc: int | None = None) -> QpState:
         if qpn in self.qps:
             raise ValueError(f"QP {qpn} exists")
         if role not in ("requester", "responder"):
             raise ValueError("role must be 'requester' or 'responder'")
         if not 0 <= tc <= 7:
             raise ValueError("tc must be 0..7")
-        dscp = self.cfg.tc_to_dscp.get(tc)
-        if dscp is None:
-            raise ValueError(f"class {tc} has no DSCP on this host (--tc-dscp); classes: "
-                             f"{', '.join(map(str, sorted(self.cfg.tc_to_dscp)))}")
+        ack_tc = tc if ack_tc is None else ack_tc
+        for c in {tc, ack_tc}:
+            if c not in self.cfg.tc_to_dscp:
+                raise ValueError(f"class {c} has no DSCP on this host (--tc-dscp); classes: "
+                                 f"{', '.join(map(str, sorted(self.cfg.tc_to_dscp)))}")
+        dscp = self.cfg.tc_to_dscp[tc]
         sport = sport or qp_source_port(qpn, peer_qpn)
         st = QpState(qpn, role, tc, peer_ip, peer_qpn, sport,
                      rate_cap_bps=rate_cap_mbps * 1e6 if rate_cap_mbps else None)
@@ -105,7 +109,8 @@ class QpTable:
             self._requesters.append(st)
         else:
             st.responder = Responder(qpn, peer_qpn, start_psn=start_psn)
-            st.builder = builder
+            st.ack_tc = ack_tc
+            st.builder = self._builder(peer_ip, sport, self.cfg.tc_to_dscp[ack_tc])
             st.cnp_builder = self._builder(peer_ip, sport, self.cfg.cnp_dscp)
         self.qps[qpn] = st
         return st

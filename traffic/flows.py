@@ -34,6 +34,12 @@ class FlowSpec(BaseModel):
     duration_s: float | None = Field(None, gt=0, description="Send for this long instead.")
     start_s: float = Field(0.0, ge=0, description="Start, in seconds from the run's start.")
     tc: int = Field(3, ge=0, le=7, description="Traffic class (3: lossless RoCE).")
+    ack_tc: int | None = Field(
+        None, ge=0, le=7,
+        description="Class of the responder's ACKs and NAKs (default: the data's, as an RC QP "
+                    "sends them in its own traffic class). SONiC's RoCEv2 test plan moves them "
+                    "to a class of their own (its case 11): then a pause of the data's class "
+                    "toward the requester no longer holds them back.")
     rate_cap_mbps: float | None = Field(None, gt=0, description="Per-QP rate cap.")
     kind: Literal["write", "send"] = "write"
     udp_sport: int | None = Field(
@@ -89,8 +95,11 @@ class FlowRunner:
     def start_flow(self, f: FlowSpec) -> None:
         src, dst = self.clients[f.src], self.clients[f.dst]
         for a in self.assignments[f.name]:
-            dst.call(cmd="qp", qpn=a.responder_qpn, role="responder", peer_ip=self.ips[f.src],
-                     peer_qpn=a.requester_qpn, tc=f.tc)
+            resp = dict(cmd="qp", qpn=a.responder_qpn, role="responder",
+                        peer_ip=self.ips[f.src], peer_qpn=a.requester_qpn, tc=f.tc)
+            if f.ack_tc is not None:
+                resp["ack_tc"] = f.ack_tc
+            dst.call(**resp)
             req = dict(cmd="qp", qpn=a.requester_qpn, role="requester", peer_ip=self.ips[f.dst],
                        peer_qpn=a.responder_qpn, tc=f.tc)
             if f.udp_sport:

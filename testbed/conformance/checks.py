@@ -77,10 +77,17 @@ def delivered(summary: Summary) -> Outcome:
                        f"{failed} QPs failed", "every flow > 0 bytes, 0 failed QPs")
 
 
-def pfc_seen(summary: Summary) -> Outcome:
-    """"PFC seen": the switches sent PFC frames."""
-    frames = sum((summary.get("pfc_frames_sent") or {}).values())
-    return Outcome(frames >= 1, f"{frames} PFC frames sent by the switches", ">= 1")
+def pfc_seen(tc: int) -> CheckFn:
+    """"PFC seen on queue ``tc``": the switches sent PFC frames pausing that class (their
+    ``pfc_tx`` counters per port and class, summed)."""
+    def check(summary: Summary) -> Outcome:
+        by_class = summary.get("pfc_frames_by_class")
+        if by_class is None:
+            return Outcome(False, "pfc_frames_by_class not written", ">= 1")
+        frames = by_class.get(str(tc), 0)
+        return Outcome(frames >= 1, f"{frames} PFC frames for class {tc} sent by the switches",
+                       ">= 1")
+    return check
 
 
 def no_pfc(summary: Summary) -> Outcome:
@@ -180,3 +187,4 @@ def no_storm_event(summary: Summary) -> Outcome:
     """Watchdog off: no storm is detected (the plan's negative case)."""
     n = len(_events(summary, "storm_detected"))
     return Outcome(n == 0, f"{n} storm_detected events", "0")
+

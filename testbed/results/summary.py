@@ -51,6 +51,7 @@ class RunSummary(TypedDict, total=False):
     duration_s: float
     flows: dict[str, FlowSummary]
     pfc_frames_sent: dict[str, int]  # per switch
+    pfc_frames_by_class: dict[str, int]  # every switch's, per class ("3": n); JSON keys
     timeline: list[dict[str, Any]]  # {"t_s", "event"} on the run's clock
     flow_errors: list[str]
     kernel_drops_lossless: int

@@ -243,8 +243,9 @@ def _parse_auto(data: dict, source: str, fields: list[str]) -> Scenario:
 
 
 def _flow_problems(cfg: FabricConfig, extras: ScenarioExtras, topo: Topology) -> list[str]:
-    """Hosts that exist, a start inside the run, and a class the hosts can mark: a class no
-    DSCP reaches would be sent in whichever class the switches give its DSCP instead."""
+    """Hosts that exist, a start inside the run, and classes the hosts can mark (the data's and
+    the ACKs'): a class no DSCP reaches would be sent in whichever class the switches give its
+    DSCP instead."""
     problems = []
     hosts = {h.name for h in topo.hosts}
     dscps = cfg.qos.tc_to_dscp()
@@ -258,13 +259,15 @@ def _flow_problems(cfg: FabricConfig, extras: ScenarioExtras, topo: Topology) ->
         if f.start_s >= extras.duration_s:
             problems.append(f"flows.{i}.start_s: {f.start_s} is past the end "
                             f"(duration_s {extras.duration_s})")
-        if f.tc not in dscps:
-            free = f.tc << 3 if f.tc << 3 not in mapped else min(set(range(64)) - set(mapped),
-                                                                   default=f.tc << 3)
+        for field_, tc in (("tc", f.tc), ("ack_tc", f.ack_tc)):
+            if tc is None or tc in dscps:
+                continue
+            free = tc << 3 if tc << 3 not in mapped else min(set(range(64)) - set(mapped),
+                                                             default=tc << 3)
             problems.append(
-                f"flows.{i}.tc: no DSCP reaches class {f.tc} (qos.dscp_to_tc_map {mapped}, "
+                f"flows.{i}.{field_}: no DSCP reaches class {tc} (qos.dscp_to_tc_map {mapped}, "
                 f"default_tc {cfg.qos.default_tc}), so the hosts cannot send in it: map one, "
-                f"e.g. qos.dscp_to_tc_map: {{{free}: {f.tc}}}, or use a class that has one "
+                f"e.g. qos.dscp_to_tc_map: {{{free}: {tc}}}, or use a class that has one "
                 f"({', '.join(map(str, sorted(dscps)))})")
     return problems
 

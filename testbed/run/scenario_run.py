@@ -278,6 +278,10 @@ def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> Ru
         flows[f.name] = {"src": f.src, "dst": f.dst, "qps": qps,
                          "bytes_received": sum(q["bytes_received"] for q in qps)}
     pfc_tx = {name: sum(sc_.pfc_tx.values()) for name, sc_ in counters.items()}
+    by_class: dict[str, int] = {}
+    for sc_ in counters.values():
+        for (_port, tc), n in sc_.pfc_tx.items():
+            by_class[str(tc)] = by_class.get(str(tc), 0) + n
     return {"scenario": sc.cfg.name, "duration_s": sc.extras.duration_s, "flows": flows,
-            "pfc_frames_sent": pfc_tx, "timeline": timeline,
+            "pfc_frames_sent": pfc_tx, "pfc_frames_by_class": by_class, "timeline": timeline,
             "flow_errors": runner.errors}
