@@ -26,7 +26,12 @@ from testbed.budget.cores import (
     judge,
     time_scale,
 )
-from testbed.budget.scenario import over_budget_warning, scenario_load, scenario_verdict
+from testbed.budget.scenario import (
+    over_budget_warning,
+    scenario_load,
+    scenario_verdict,
+    shared_lossless_ports,
+)
 from testbed.config.models import ConfigError
 from testbed.run.scenario import load_scenario, parse_scenario
 from testbed.topology.validate import parse_config
@@ -86,6 +91,30 @@ def test_each_further_qp_an_endpoint_holds_prices_its_frames_higher() -> None:
     assert v.load.host_qps == {"h1": 8, "h2": 0, "h3": 2, "h4": 2, "h5": 2, "h6": 2}
     assert v.demand is not None
     assert v.demand.endpoints == pytest.approx(0.03 + FRAMES * (170 + 110) * 1e-6, rel=1e-6)
+
+
+def _two_classes(c4_start: float) -> dict:
+    return {"name": "dual", "fabric": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+            "qos": {"dscp_to_tc_map": {26: 3, 4: 4, 48: 6}, "pfc_enable": [3, 4], "ecn": {}},
+            "duration_s": 6,
+            "flows": [{"name": "a", "src": "h2", "dst": "h1", "duration_s": 2, "tc": 3},
+                      {"name": "b", "src": "h3", "dst": "h1", "duration_s": 2, "tc": 4,
+                       "start_s": c4_start},
+                      {"name": "c", "src": "h4", "dst": "h3", "duration_s": 5, "tc": 4}]}
+
+
+def test_two_lossless_classes_on_one_port_at_once_are_told_before_the_run() -> None:
+    """Classes 3 and 4 both into h1 while both send: leaf1's port to h1 carries two busy
+    lossless classes, which the phantom cannot follow (docs/DESIGN.md). One after the other, or
+    on different ports, or one lossless class: nothing to say."""
+    sc = parse_scenario(_two_classes(0.0))
+    w = shared_lossless_ports(sc.cfg, sc.topo, sc.extras)
+    assert w is not None and w.startswith("flows a (class 3) and b (class 4) cross leaf1 port ")
+    assert "phantom_below" in w
+    sc = parse_scenario(_two_classes(2.0))  # b starts as a ends; c never meets a
+    assert shared_lossless_ports(sc.cfg, sc.topo, sc.extras) is None
+    sc = load_scenario(INCAST)
+    assert shared_lossless_ports(sc.cfg, sc.topo, sc.extras) is None
 
 
 def test_over_budget_names_the_field_and_the_fix() -> None:

@@ -123,3 +123,37 @@ def over_budget_warning(v: Verdict) -> str | None:
             f"{v.demand.total:.2f} cores, {v.limit_cores:.2f} are there after the margin "
             f"(fidelity.cpu_budget_margin {v.margin:g}); the run may be flagged unfaithful. "
             f"Fix: lower {field}, or set it to auto")
+
+
+def shared_lossless_ports(cfg: FabricConfig, topo: Topology, extras: Any) -> str | None:
+    """A warning before the run, or None: two flows in different lossless classes that cross
+    the same port while both send. Each class's P4 phantom drains at the port's full rate
+    (p4/lossless.p4, drain), so two busy lossless classes on one port drain twice the line rate
+    and the run is flagged (phantom_below); docs/DESIGN.md says more. Pure."""
+    from testbed.budget.load_model import Paths
+
+    lossless = set(cfg.qos.pfc_enable)
+    flows = [f for f in extras.flows if f.tc in lossless]
+    if len({f.tc for f in flows}) < 2:
+        return None
+    paths = Paths(topo, down_at_start(topo, extras.faults))
+    hosts = {h.name for h in topo.hosts}
+
+    def span(f) -> tuple[float, float]:
+        return f.start_s, (f.start_s + f.duration_s if f.duration_s is not None
+                           else extras.duration_s)
+
+    for i, a in enumerate(flows):
+        for b in flows[i + 1:]:
+            (a0, a1), (b0, b1) = span(a), span(b)
+            if a.tc == b.tc or a1 <= b0 or b1 <= a0:
+                continue
+            shared = sorted(h for h in set(paths(a.src, a.dst)[1]) & set(paths(b.src, b.dst)[1])
+                            if h[0] not in hosts)  # a switch's egress port, not a host's NIC
+            if shared:
+                node, port = shared[0]
+                return (f"flows {a.name} (class {a.tc}) and {b.name} (class {b.tc}) cross "
+                        f"{node} port {port} at once: two busy lossless classes on one port "
+                        "drain its phantom twice over and the run will be flagged "
+                        "(phantom_below; docs/DESIGN.md)")
+    return None

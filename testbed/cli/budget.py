@@ -27,7 +27,7 @@ def budget_or_exit(sc, strict: bool) -> Verdict:
     """Print the run's rate, time scale and load against the budget; warn when it is over
     (refuse with --strict, which refuses an unknown budget too)."""
     from testbed.budget.cores import budget_line
-    from testbed.budget.scenario import over_budget_warning
+    from testbed.budget.scenario import over_budget_warning, shared_lossless_ports
     from testbed.run.scenario_run import budget_verdict
 
     verdict = budget_verdict(sc)
@@ -38,6 +38,9 @@ def budget_or_exit(sc, strict: bool) -> Verdict:
               + "; --strict refuses to run")
     if warning:
         _say(("warning:", "yellow"), " ", warning)
+    shared = shared_lossless_ports(sc.cfg, sc.topo, sc.extras)
+    if shared:
+        _say(("warning:", "yellow"), " ", shared)
     return verdict
 
 
