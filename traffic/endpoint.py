@@ -240,8 +240,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         if reply is not None:
             syn, psn, msn = reply
             b = st.builder
-            self._send_ctrl(st.ack_tc, b.frame(ACK, st.peer_qpn, psn, ext=b.aeth(syn, msn)),
-                            now)
+            self._send_ctrl(st.ack_tc, b.frame(ACK, st.peer_qpn, psn, ext=b.aeth(syn, msn)), now)
         if p.ecn == ECN_CE:
             st.responder.stats.ce_marked += 1
             if self.np.should_send(st.qpn, now):
