@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import select
 import shutil
 import struct
 import subprocess
@@ -312,6 +313,20 @@ def test_malformed_input_is_counted_and_dropped(tmp_path: Path) -> None:
     assert done["qps"][str(0x100)]["bytes_acked"] == 10_000
 
 
+def _listening(tcpdump: subprocess.Popen, timeout_s: float = 10.0) -> subprocess.Popen:
+    """``tcpdump`` once it says it is capturing ("listening on"), which its first start in a
+    session may take seconds to say: a fixed wait lost a whole short capture in a CI run."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([tcpdump.stderr], [], [], left)
+        line = tcpdump.stderr.readline() if ready else ""
+        if "listening on" in line:
+            return tcpdump
+        if not line:
+            break
+    raise AssertionError(f"tcpdump did not start capturing within {timeout_s:g} s")
+
+
 @pytest.mark.parametrize(("ack_tc", "timed_out"), [(None, True), (6, False)])
 def test_acks_in_a_class_of_their_own_pass_a_pause_of_the_data_class(
         tmp_path: Path, ack_tc: int | None, timed_out: bool) -> None:
@@ -326,10 +341,10 @@ def test_acks_in_a_class_of_their_own_pass_a_pause_of_the_data_class(
                **extra)
         a.call(cmd="qp", qpn=0x100, role="requester", peer_ip=IPS["b"], peer_qpn=0x200, tc=3)
         cap = tmp_path / "acks.pcap"
-        tcpdump = hp.run("a", "tcpdump", "-i", "eth0", "-w", str(cap), "-s", "0", "-U",
-                         "udp port 4791 and inbound", stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
+        tcpdump = _listening(hp.run("a", "tcpdump", "-i", "eth0", "-w", str(cap), "-s", "0",
+                                    "-U", "udp port 4791 and inbound",
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True))
         a.call(cmd="post", qpn=0x100, kind="write", size=65536, count=200)
         time.sleep(0.5)
         _send_raw(hp, "a", [pfc_frame(MACS["a"], {3: 20000})])  # b pauses class 3, 1.024 s
