@@ -49,7 +49,6 @@ class QpState:
     cnp_builder: RoceFrameBuilder | None = None  # CNPs, with the CNP DSCP (responder)
     ack_tc: int = -1  # the class of its ACKs/NAKs (responder); create_qp sets it
 
-
     @property
     def rate_bps(self) -> float:
         r = self.rp.rc if self.rp else float("inf")

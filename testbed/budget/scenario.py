@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.budget.cores import Profile, Verdict, auto_rate, judge
-from testbed.budget.load_model import Load, peak_load
+from testbed.budget.load_model import Load, Paths, peak_load, running
 from testbed.config.bmv2_build import BuildError, select
 from testbed.config.models import FabricConfig
 from testbed.topology.graph import DownLinks, Topology, build_topology, link_ends
@@ -130,23 +130,17 @@ def shared_lossless_ports(cfg: FabricConfig, topo: Topology, extras: Any) -> str
     the same port while both send. Each class's P4 phantom drains at the port's full rate
     (p4/lossless.p4, drain), so two busy lossless classes on one port drain twice the line rate
     and the run is flagged (phantom_below); docs/DESIGN.md says more. Pure."""
-    from testbed.budget.load_model import Paths
-
     lossless = set(cfg.qos.pfc_enable)
     flows = [f for f in extras.flows if f.tc in lossless]
     if len({f.tc for f in flows}) < 2:
         return None
     paths = Paths(topo, down_at_start(topo, extras.faults))
     hosts = {h.name for h in topo.hosts}
-
-    def span(f) -> tuple[float, float]:
-        return f.start_s, (f.start_s + f.duration_s if f.duration_s is not None
-                           else extras.duration_s)
-
     for i, a in enumerate(flows):
         for b in flows[i + 1:]:
-            (a0, a1), (b0, b1) = span(a), span(b)
-            if a.tc == b.tc or a1 <= b0 or b1 <= a0:
+            # both send at once when both run as the later of the two starts
+            both = running([a, b], max(a.start_s, b.start_s), extras.duration_s)
+            if a.tc == b.tc or len(both) < 2:
                 continue
             shared = sorted(h for h in set(paths(a.src, a.dst)[1]) & set(paths(b.src, b.dst)[1])
                             if h[0] not in hosts)  # a switch's egress port, not a host's NIC

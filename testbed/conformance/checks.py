@@ -187,4 +187,3 @@ def no_storm_event(summary: Summary) -> Outcome:
     """Watchdog off: no storm is detected (the plan's negative case)."""
     n = len(_events(summary, "storm_detected"))
     return Outcome(n == 0, f"{n} storm_detected events", "0")
-
