@@ -22,11 +22,11 @@ from testbed.results.telemetry import (
     events_writer,
     telemetry_writer,
 )
-from testbed.run.cpuload import busy_shares, read_jiffies
+from testbed.run.cpuload import busy_shares, read_jiffies, steal_share
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, bmv2_lag_us=50_000,
-                 cpu_saturated_s=1.0)
+                 cpu_saturated_s=1.0, steal_note_pct=5.0)
 GOOD = Figures(pfc_enabled=True, lossless_drops=0, pipeline_drops=0, hidden_loss=0,
                host_loss=0, phantom_below_bytes=3000, buffer_exceeded_bytes=0,
                bmv2_lag_us=5000, bmv2_stall_us=2000, agent_reaction_us=900,
@@ -117,9 +117,40 @@ def test_cpu_shares_from_proc_stat() -> None:
     a = "cpu  1 2 3 4\ncpu0 100 0 100 800 0 0 0 0 0 0\ncpu1 0 0 0 1000 0 0 0 0 0 0\nintr 5\n"
     b = "cpu  1 2 3 4\ncpu0 150 0 150 800 0 0 0 0 0 0\ncpu1 0 0 50 1050 0 0 0 0 0 0\nintr 9\n"
     ja, jb = read_jiffies(a), read_jiffies(b)
-    assert ja == [(200, 1000), (0, 1000)]
+    assert [(j.busy, j.total) for j in ja] == [(200, 1000), (0, 1000)]
     assert busy_shares(ja, jb) == [100.0, 50.0]
     assert read_jiffies(Path("/proc/stat").read_text())  # this machine's format parses
+
+
+def test_steal_is_busy_and_said_apart() -> None:
+    """Steal (the 8th figure) is time the core could not run: busy for the saturation check,
+    and its share of both cores' time is read on its own."""
+    a = "cpu0 100 0 100 800 0 0 0 0 0 0\ncpu1 0 0 0 1000 0 0 0 0 0 0\n"
+    b = "cpu0 120 0 120 800 0 0 0 60 0 0\ncpu1 0 0 0 1060 0 0 0 40 0 0\n"
+    ja, jb = read_jiffies(a), read_jiffies(b)
+    assert busy_shares(ja, jb) == [100.0, 40.0]
+    assert steal_share(ja, jb) == 50.0  # 100 of 200 jiffies
+    assert steal_share(ja, ja) == 0.0
+
+
+def test_steal_is_said_beside_the_verdict_and_is_not_a_check() -> None:
+    """A faithful run stays faithful in an hour of steal, and a flagged one keeps its own
+    reasons; both say what the hypervisor took once it reaches fidelity.steal_note_pct."""
+    calm = assess(replace(GOOD, steal_pct=0.4, steal_peak_pct=3.0), BUDGET)
+    assert calm["ok"] and calm["steal"] == {"mean_pct": 0.4, "peak_pct": 3.0, "note": None}
+    assert not any("note:" in line for line in lines(calm))
+    stolen = assess(replace(GOOD, steal_pct=22.0, steal_peak_pct=41.0), BUDGET)
+    assert stolen["ok"] and {c["name"] for c in stolen["checks"]} == EVERY_CHECK
+    assert lines(stolen)[-1] == (
+        "  note: the hypervisor gave 22% of this machine's CPU time to others over the run "
+        "(steal, up to 41% in one sample): the fabric had that much less than its budget "
+        "assumes, and a contended host, not the scenario, may be why a check failed")
+    flagged = assess(replace(GOOD, bmv2_stall_us=135_000, steal_pct=22.0), BUDGET)
+    said = lines(flagged)
+    assert said[0].startswith("FIDELITY NOT OK") and "135000 us" in said[1]
+    assert said[-1].startswith("  note: the hypervisor gave 22%")
+    unknown = assess(GOOD, BUDGET)  # not recorded: nothing said, nothing assumed
+    assert unknown["steal"] == {"mean_pct": None, "peak_pct": None, "note": None}
 
 
 def _sample(t_s: float, tc: int, drops: int, **lossless: int) -> TelemetryRow:
@@ -141,7 +172,7 @@ def _folder(tmp_path: Path, rows: list[TelemetryRow], events: list[EventRow],
     if cpu:
         with cpu_writer(tel / "cpu.csv") as w:
             for t in range(5):
-                w.write(CpuRow(t / 10, 99, 99))
+                w.write(CpuRow(t / 10, 99, 99, steal_pct=2.0 * t))
     return tmp_path
 
 
@@ -169,7 +200,17 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
     assert f == Figures(pfc_enabled=True, lossless_drops=12, pipeline_drops=0, hidden_loss=0,
                         host_loss=3, phantom_below_bytes=4200, buffer_exceeded_bytes=10_000,
                         bmv2_lag_us=9000, bmv2_stall_us=1500, agent_reaction_us=1900,
-                        cpu_saturated_s=0.4, watchdog_drops=30)
+                        cpu_saturated_s=0.4, steal_pct=4.0, steal_peak_pct=8.0,
+                        watchdog_drops=30)
+
+
+def test_a_cpu_file_from_before_steal_was_recorded_still_reads(tmp_path: Path) -> None:
+    _folder(tmp_path, [_sample(1.0, 3, 0)], [], cpu=False)
+    (tmp_path / "telemetry" / "cpu.csv").write_text(
+        "t_s,busy_pct,mean_pct\n0.2,99.0,99.0\n0.4,99.0,99.0\n")
+    f = fidelity_figures(tmp_path, [3], cpu_busy_pct=95, hidden_loss=0, host_loss=0,
+                         pipeline_drops=0, switches=["leaf1"])
+    assert (f.cpu_saturated_s, f.steal_pct, f.steal_peak_pct) == (0.2, None, None)
 
 
 def test_no_lossless_packet_to_measure_is_zero_not_unknown(tmp_path: Path) -> None:

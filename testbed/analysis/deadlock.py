@@ -221,6 +221,14 @@ def _cpu_saturated(run_dir: Path, cpu_busy_pct: float, why: dict[str, str]) -> f
     return longest_run([(r.t_s, r.busy_pct) for r in rows], cpu_busy_pct)
 
 
+def _steal(run_dir: Path) -> tuple[float | None, float | None]:
+    """The steal share over the run and its largest sample (None: not recorded)."""
+    steal = [r.steal_pct for r in run_cpu(run_dir) or ()]
+    if not steal or None in steal:
+        return None, None
+    return sum(steal) / len(steal), max(steal)
+
+
 def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                      hidden_loss: int | None = None,
                      buffers: dict[QueueId, int] | None = None,
@@ -238,6 +246,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
     A figure is zero when there was nothing to measure (no lossless packet passed, no pause
     was applied) and None, with its reason, when there was and it was not measured."""
     why = dict(unmeasured or {})
+    steal = _steal(run_dir)
     series = load_telemetry(run_dir)
     events = run_events(run_dir)
     ok_series = _telemetry_whole(series, switches, why)
@@ -291,5 +300,6 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                                 if e.reaction_us is not None), default=0)
                            if ok_series and not blind else None),
         cpu_saturated_s=_cpu_saturated(run_dir, cpu_busy_pct, why),
+        steal_pct=steal[0], steal_peak_pct=steal[1],
         watchdog_drops=wd if ok_series else None,
         unmeasured=why)

@@ -38,6 +38,12 @@ every check does, and otherwise its summary, the CLI and the report say which fa
 * ``cpu_saturated``: the longest stretch in which every core was busy; past it, none of the
   times above can be trusted to hold.
 
+Beside the checks, the verdict says how much of the cores' time the hypervisor gave to others
+(*steal*, on a virtual machine): not a check of its own (a core stolen from counts as busy, and
+what the theft did to the fabric the checks above judge), but when it is large the reason a
+run failed is the machine's host rather than the fabric's own load, which a reader should know
+before blaming the scenario.
+
 A check whose figure was not measured (the counters could not be read, an endpoint did not
 answer, an agent wrote no telemetry) is ``unknown``, and an unknown is not ok: a run is
 faithful only when every check that applies was measured and passed. The verdict names each
@@ -73,6 +79,10 @@ class Figures:
     bmv2_stall_us: int | None = None  # the longest a switch took to answer its agent
     agent_reaction_us: int | None = None
     cpu_saturated_s: float | None = None
+    #: The cores' time the hypervisor gave to others over the run, and at most in one sample
+    #: (percent; None: not recorded). Not a check: said beside the verdict.
+    steal_pct: float | None = None
+    steal_peak_pct: float | None = None
     #: Packets the PFC watchdog's drop action discarded: by design, so no check of its own,
     #: but said in the verdict beside the drops that do count.
     watchdog_drops: int | None = None
@@ -87,6 +97,7 @@ class Budgets:
     reaction_us: int  # qos.pfc.reaction_ms
     bmv2_lag_us: int  # fidelity.bmv2_lag_ms
     cpu_saturated_s: float  # fidelity.cpu_saturated_s
+    steal_note_pct: float  # fidelity.steal_note_pct
 
 
 Status = Literal["ok", "failed", "unknown"]
@@ -161,7 +172,21 @@ def assess(fig: Figures, budget: Budgets) -> dict:
             "reasons": [c.reason for c in cs if not c.ok],
             "unknown": [c.name for c in cs if c.status == "unknown"],
             "watchdog_drops": fig.watchdog_drops,
+            "steal": {"mean_pct": fig.steal_pct, "peak_pct": fig.steal_peak_pct,
+                      "note": steal_note(fig.steal_pct, fig.steal_peak_pct,
+                                         budget.steal_note_pct)},
             "checks": [asdict(c) for c in cs]}
+
+
+def steal_note(mean_pct: float | None, peak_pct: float | None, limit_pct: float,
+               when: str = "over the run") -> str | None:
+    """What steal took, in words, when it reached ``limit_pct`` (fidelity.steal_note_pct)."""
+    if mean_pct is None or mean_pct < limit_pct:
+        return None
+    peak = f", up to {peak_pct:.0f}% in one sample" if peak_pct is not None else ""
+    return (f"the hypervisor gave {mean_pct:.0f}% of this machine's CPU time to others "
+            f"{when} (steal{peak}): the fabric had that much less than its budget assumes, "
+            "and a contended host, not the scenario, may be why a check failed")
 
 
 def unmade(why: str) -> dict:
@@ -186,17 +211,19 @@ def lines(section: dict | None) -> list[str]:
     """The fidelity section in words, for the CLI and report.md."""
     if not section:
         return [f"FIDELITY UNKNOWN: {verdict_problem(section)}"]
+    note = (section.get("steal") or {}).get("note")
+    notes = [f"  note: {note}"] if note else []
     if section["ok"]:
         names = ", ".join(c["name"] for c in section["checks"])
         wd = section.get("watchdog_drops")
         extra = f"; the PFC watchdog's drop action discarded {wd} packets" if wd else ""
-        return [f"FIDELITY OK: the emulation kept up ({names}){extra}"]
+        return [f"FIDELITY OK: the emulation kept up ({names}){extra}", *notes]
     failed = any(c.get("status", "failed") == "failed" for c in section["checks"]
                  if not c["ok"]) or not section["checks"]
     head = ("FIDELITY NOT OK: this run's results are not a faithful emulation:" if failed else
             "FIDELITY UNKNOWN: not every check was measured, so this run does not count as "
             "faithful:")
-    return [head, *(f"  - {r}" for r in section["reasons"])]
+    return [head, *(f"  - {r}" for r in section["reasons"]), *notes]
 
 
 def longest_run(samples: list[tuple[float, float]], threshold: float) -> float:

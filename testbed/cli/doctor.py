@@ -105,6 +105,26 @@ def calibration_check() -> Check:
         f"{p.agent_wakeups_per_s:.0f} wake-ups/s"), required=False)
 
 
+def steal_check() -> Check:
+    """How much of this machine's CPU time its hypervisor has given to others since boot
+    (steal, proc(5)). Optional: a run measures it again over its own bring-up and flows; a
+    machine that loses a share of its cores this way has that much less budget."""
+    from pathlib import Path
+
+    from testbed.config.models import FidelityConfig
+    from testbed.run.cpuload import Jiffies, read_jiffies, steal_share
+
+    cores = read_jiffies(Path("/proc/stat").read_text())
+    pct = steal_share([Jiffies(0, 0)] * len(cores), cores)  # since boot
+    limit = FidelityConfig().steal_note_pct
+    return Check("cpu steal", pct < limit, (
+        f"{pct:.1f}% of the cores' time since boot went to other work on this machine's host "
+        "(steal); each run measures it again over its bring-up and says it from "
+        f"{limit:g}% (fidelity.steal_note_pct)"),
+        "" if pct < limit else "a virtual machine on a contended host: runs may be flagged "
+        "in its busy hours; prefer a quieter host or dedicated cores", required=False)
+
+
 def run_checks() -> list[Check]:
     apt = "sudo apt-get install -y"
     checks = [Check("root", os.geteuid() == 0, f"uid {os.geteuid()}",
@@ -139,6 +159,7 @@ def run_checks() -> list[Check]:
     if os.geteuid() == 0:
         checks.append(probe_realtime())
     checks.append(calibration_check())
+    checks.append(steal_check())
     for mod in PY_MODULES:
         try:
             importlib.import_module(mod)

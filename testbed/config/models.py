@@ -367,6 +367,12 @@ class FidelityConfig(_Strict):
         "(the phantom's shortfall, the buffer exceeded); this is about time: 50 ms is a quarter of "
         "the DCQCN timers at 10 Mbit/s (55 us x 4000 = 220 ms) and half the watchdog's "
         "polling interval. A real switch holds a packet for microseconds.")
+    steal_note_pct: float = Field(
+        5.0, ge=0, le=100, description="On a virtual machine, a share of the cores' time the "
+        "hypervisor gave to others (steal, proc(5)) at or above this is said: before the "
+        "flows start (measured over the bring-up) and beside the verdict (over the run). "
+        "Not a check: a stolen core counts as busy, and the checks judge what it did. A "
+        "real switch has no counterpart: no hypervisor shares its pipeline.")
     cpu_budget_margin: float = Field(
         0.25, ge=0, lt=1, description="Share of the cores left for the testbed (testbed "
         "calibrate) that a run's measured load may not use: what the load model leaves out "

@@ -84,7 +84,10 @@ P4_COUNTER_COLUMNS = [
 CPU_COLUMNS = [("t_s", "seconds on the run's clock"),
                ("busy_pct", "the least busy core's share of the period spent busy (%): 100 "
                             "means every core was saturated"),
-               ("mean_pct", "all cores' mean busy share (%)")]
+               ("mean_pct", "all cores' mean busy share (%)"),
+               ("steal_pct", "share of the cores' time the hypervisor gave to others "
+                             "(steal, %; counted in busy_pct too): empty in files from before "
+                             "it was recorded")]
 
 # -- where the files are --------------------------------------------------------------------------
 
@@ -200,11 +203,13 @@ class CpuRow:
     t_s: float
     busy_pct: float
     mean_pct: float
+    steal_pct: float | None = None
 
     WRITE: ClassVar[dict[str, Callable[[Any], str]]] = {
-        "t_s": _fixed(3), "busy_pct": _fixed(1), "mean_pct": _fixed(1)}
+        "t_s": _fixed(3), "busy_pct": _fixed(1), "mean_pct": _fixed(1),
+        "steal_pct": _optional(_fixed(1))}
     READ: ClassVar[dict[str, Callable[[str], Any]]] = {
-        "t_s": float, "busy_pct": float, "mean_pct": float}
+        "t_s": float, "busy_pct": float, "mean_pct": float, "steal_pct": _opt_float}
 
 
 @dataclass(frozen=True, slots=True)

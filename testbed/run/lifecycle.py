@@ -72,7 +72,8 @@ def fidelity_budgets(cfg: FabricConfig, topo: Topology) -> Budgets:
                    default=0)
     return Budgets(headroom_bytes=headroom, reaction_us=int(q.pfc.reaction_ms * 1000),
                    bmv2_lag_us=int(cfg.fidelity.bmv2_lag_ms * 1000),
-                   cpu_saturated_s=cfg.fidelity.cpu_saturated_s)
+                   cpu_saturated_s=cfg.fidelity.cpu_saturated_s,
+                   steal_note_pct=cfg.fidelity.steal_note_pct)
 
 
 class Run:
@@ -128,6 +129,11 @@ class Run:
 
         self._cpu = CpuSampler(self.results_dir / TELEMETRY_DIR / CPU_FILE, self.t0)
         self._cpu.start()
+
+    def steal_so_far(self) -> float | None:
+        """The steal share (%) of the cores' time since the CPU sampler started (None: it
+        is not running)."""
+        return self._cpu.steal_so_far() if self._cpu is not None else None
 
     # -- end ------------------------------------------------------------------------------
     def read_hidden_loss(self, fabric) -> None:

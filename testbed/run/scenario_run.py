@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.analysis.deadlock import deadlock_summary
+from testbed.analysis.fidelity import steal_note
 from testbed.budget.cores import Verdict, budget_line
 from testbed.machine.owner import make_results_dir
 from testbed.results.files import (
@@ -77,21 +78,19 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
     verdict = verdict or _judged(sc, progress)
     fabric = Fabric(sc.cfg, sc.topo, run_dir, run=run)
     timeline: list[dict] = []
-    sampler = None
-    stopped_at: float | None = None
+    sampler = stolen = stopped_at = None
     captures = Captures(sc.extras.capture, run_dir, run.state, sc.extras.capture_max_mb,
                         sc.extras.capture_snaplen_bytes)
     try:
         fabric.start()
         captures.start(fabric.net)  # before any traffic
         eps = fabric.start_endpoints(sc.extras.endpoints.args())
+        stolen = _bringup_steal(run, sc, progress)
         runner = FlowRunner(sc.extras.flows, eps, {h.name: h.ip for h in sc.topo.hosts})
         sampler = CounterSampler(fabric, run_dir / P4_COUNTERS_FILE, sc.extras.sample_period_s)
         sampler.start()
-        events = sorted(
-            [(f.at_s, "fault", f) for f in sc.extras.faults]
-            + [(f.until_s, "fault_end", f) for f in sc.extras.faults if f.until_s is not None],
-            key=lambda e: e[0])
+        events = _fault_events(sc)
+
         def clock() -> float:  # the run's clock, as in the agents' telemetry
             return round(time.monotonic() - fabric.t0, 3)
 
@@ -129,7 +128,8 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         if tel is not None:  # the fidelity guard's verdict and what the agents ran at
             res.summary.update({k: tel.get(k) for k in ("fidelity", "agents")})
         res.summary.setdefault("timeline", timeline)
-        res.summary["budget"] = {**verdict.to_dict(), "auto": sc.auto}
+        res.summary["budget"] = {**verdict.to_dict(), "auto": sc.auto,
+                                 "steal_bringup_pct": stolen}
         res.summary["watchdog_events"] = _watchdog_events(run_dir)
         if stopped_at is not None:
             res.summary["deadlock"] = deadlock_summary(run_dir, stopped_at,
@@ -138,6 +138,23 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         (run_dir / SUMMARY_FILE).write_text(json.dumps(res.summary, indent=2, default=str))
         _write_reports(run_dir, progress)
     return res
+
+
+def _bringup_steal(run, sc: Scenario, progress) -> float | None:
+    """The steal share over the bring-up (the first busy stretch to measure it in), said
+    before the flows start when it reaches fidelity.steal_note_pct (None: not sampled)."""
+    stolen = run.steal_so_far()
+    note = steal_note(stolen, None, sc.cfg.fidelity.steal_note_pct, "while the fabric came up")
+    if note:
+        progress(f"warning: {note}")
+    return None if stolen is None else round(stolen, 1)
+
+
+def _fault_events(sc: Scenario) -> list[tuple[float, str, Fault]]:
+    """Each fault's start and end, in time order."""
+    return sorted([(f.at_s, "fault", f) for f in sc.extras.faults]
+                  + [(f.until_s, "fault_end", f) for f in sc.extras.faults
+                     if f.until_s is not None], key=lambda e: e[0])
 
 
 def _write_scenario(sc: Scenario, run_dir: Path) -> None:
