@@ -66,11 +66,9 @@ from traffic.packets import (
 )
 from traffic.wire import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS, ROCEV2_UDP_PORT
 
-__all__ = [
-    "CNP_TC", "MESSAGE_COLUMNS", "PFC_QUANTUM_BITS", "QP_COLUMNS", "STATS_COLUMNS",
-    "STORM_INTERVAL_S", "TC_TO_DSCP", "Endpoint", "EndpointConfig", "EndpointStats", "QpState",
-    "build_parser", "config_from_args", "main", "parse_pfc", "qp_source_port",
-]
+__all__ = ["CNP_TC", "MESSAGE_COLUMNS", "PFC_QUANTUM_BITS", "QP_COLUMNS", "STATS_COLUMNS",
+           "STORM_INTERVAL_S", "TC_TO_DSCP", "Endpoint", "EndpointConfig", "EndpointStats",
+           "QpState", "build_parser", "config_from_args", "main", "parse_pfc", "qp_source_port"]
 
 log = logging.getLogger("roce.endpoint")
 
@@ -241,6 +239,8 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
             syn, psn, msn = reply
             b = st.builder
             self._send_ctrl(st.ack_tc, b.frame(ACK, st.peer_qpn, psn, ext=b.aeth(syn, msn)), now)
+        if st.chains:  # a collective's requesters wait on this QP's messages (traffic.chain)
+            self._release_chains(st, now)
         if p.ecn == ECN_CE:
             st.responder.stats.ce_marked += 1
             if self.np.should_send(st.qpn, now):

@@ -10,6 +10,8 @@ import socket
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from traffic.endpoint_config import EndpointConfig
     from traffic.endpoint_qps import QpState
 
@@ -23,6 +25,7 @@ class ControlServer:
     cfg: EndpointConfig
     qps: dict[int, QpState]
     _requesters: list[QpState]
+    chain_post: Callable[..., None]
     _running: bool
 
     def _open_control(self) -> None:
@@ -65,7 +68,10 @@ class ControlServer:
             if st is None or st.requester is None:
                 raise ValueError(f"no requester QP {req['qpn']}")
             kind, size = req.get("kind", "write"), int(req["size"])
-            if "duration_s" in req:  # keep posting messages until the duration ends
+            if "after" in req:  # a collective's step: each message waits on arrivals
+                self.chain_post(st, kind, size, int(req["count"]), [int(q) for q in req["after"]],
+                                now)
+            elif "duration_s" in req:  # keep posting messages until the duration ends
                 st.post_until, st.post_kind, st.post_size = now + float(req["duration_s"]), \
                     kind, size
                 st.requester.post(kind, size, now)

@@ -7,6 +7,7 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from traffic.chain import Chain
 from traffic.dcqcn import DcqcnParams, ReactionPoint
 from traffic.packets import RoceFrameBuilder
 from traffic.qp import Requester, Responder
@@ -48,6 +49,14 @@ class QpState:
     builder: RoceFrameBuilder | None = None  # ACKs (responder)
     cnp_builder: RoceFrameBuilder | None = None  # CNPs, with the CNP DSCP (responder)
     ack_tc: int = -1  # the class of its ACKs/NAKs (responder); create_qp sets it
+    chain: Chain | None = None  # a collective's requester: it posts as its gates deliver
+    chains: list[Chain] | None = None  # a responder: the chains waiting on its messages
+
+    @property
+    def idle(self) -> bool:
+        """A requester with nothing to send now or later (every message posted and acked)."""
+        return (self.requester is not None and self.requester.idle
+                and (self.chain is None or not self.chain.waiting))
 
     @property
     def rate_bps(self) -> float:
@@ -113,3 +122,25 @@ class QpTable:
             st.cnp_builder = self._builder(peer_ip, sport, self.cfg.cnp_dscp)
         self.qps[qpn] = st
         return st
+
+    def chain_post(self, st: QpState, kind: str, size: int, count: int, after: list[int],
+                   now: float) -> None:
+        """Post ``count`` messages on requester ``st``, message i once each responder QP of
+        ``after`` (on this host) has delivered i (:class:`traffic.chain.Chain`)."""
+        if st.chain is not None:
+            raise ValueError(f"QP {st.qpn} already posts a chain")
+        gates = []
+        for q in after:
+            g = self.qps.get(q)
+            if g is None or g.responder is None:
+                raise ValueError(f"after: no responder QP {q} on this host")
+            gates.append(g)
+        st.chain = Chain(st.requester, kind, size, count, [g.responder for g in gates])
+        for g in gates:
+            g.chains = [*(g.chains or ()), st.chain]
+        st.chain.release(now)
+
+    def _release_chains(self, st: QpState, now: float) -> None:
+        """``st``, a gate, took a packet: post what its chains may now send."""
+        for c in st.chains:
+            c.release(now)

@@ -177,7 +177,7 @@ class Telemetry:
                 if st.rp:
                     st.rp.advance(now)  # its timers run only when due (Endpoint._housekeeping)
                 d.update(asdict(st.requester.stats),
-                         idle=st.requester.idle and st.post_until <= now,
+                         idle=st.idle and st.post_until <= now,
                          unacked=len(st.requester.unacked),  # packets sent, not yet ACKed
                          rate_bps=st.rate_bps, cnps_received=st.cnps_received)
                 if st.rp:

@@ -5,6 +5,12 @@ A flow is a set of RC queue pairs from one host to another, each sending ``count
 clock, in a traffic class, optionally under a rate cap. QP numbers are assigned here so that a
 result can be traced to its flow: requester ``0x1000 + 64 * flow + i``, responder ``0x8000 +
 64 * flow + i``.
+
+A flow may wait on others (``after``): its QP i posts message m once QP i of each of those
+flows, all into its source host, has delivered m messages (:mod:`traffic.chain`). That is how a
+collective's steps depend on each other (:mod:`traffic.collectives` writes such flows). The
+flows that start at one instant are all connected before any posts, so a gate exists before
+anything waits on it, as a collective's rings are connected when its communicator is made.
 """
 
 from __future__ import annotations
@@ -46,6 +52,11 @@ class FlowSpec(BaseModel):
         None, ge=49152, le=65535,
         description="Fix every QP's UDP source port (default: rxe's hash of the QP numbers); "
                     "one port for all QPs reproduces ECMP polarization.")
+    after: list[str] = Field(
+        default_factory=list,
+        description="Flows into this flow's src, starting with it and with as many QPs: QP i "
+                    "posts message m once QP i of each has delivered m messages (a "
+                    "collective's step waits on the previous step's arrival). Needs count.")
 
     @model_validator(mode="after")
     def _count_or_duration(self) -> FlowSpec:
@@ -53,6 +64,8 @@ class FlowSpec(BaseModel):
             raise ValueError("give exactly one of count (messages per QP) or duration_s")
         if self.src == self.dst:
             raise ValueError("src and dst are the same host")
+        if self.after and self.count is None:
+            raise ValueError("after needs count: a chain posts a known number of messages")
         return self
 
 
@@ -92,7 +105,9 @@ class FlowRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start_flow(self, f: FlowSpec) -> None:
+    def connect(self, f: FlowSpec) -> None:
+        """Create the flow's QPs at both ends (responder first: it must exist when data
+        arrives)."""
         src, dst = self.clients[f.src], self.clients[f.dst]
         for a in self.assignments[f.name]:
             resp = dict(cmd="qp", qpn=a.responder_qpn, role="responder",
@@ -107,23 +122,47 @@ class FlowRunner:
             if f.rate_cap_mbps:
                 req["rate_cap_mbps"] = f.rate_cap_mbps
             src.call(**req)
+
+    def post(self, f: FlowSpec) -> None:
+        """Hand the flow's messages to its requesters (a chain's: with the QPs it waits on)."""
+        src = self.clients[f.src]
+        for a in self.assignments[f.name]:
             post = dict(cmd="post", qpn=a.requester_qpn, kind=f.kind, size=f.message_bytes)
             if f.count is not None:
                 post["count"] = f.count
             else:
                 post["duration_s"] = f.duration_s
+            if f.after:
+                post["after"] = [self.assignments[g][a.index].responder_qpn for g in f.after]
             src.call(**post)
 
+    def start_flow(self, f: FlowSpec) -> None:
+        self.connect(f)
+        self.post(f)
+
     def run(self, t0: float) -> None:
+        """Each instant's flows: all connected, then all posted (a chain's gates exist before
+        it waits on them)."""
+        at: dict[float, list[FlowSpec]] = {}
         for f in self.flows:
-            delay = t0 + f.start_s - self.clock()
+            at.setdefault(f.start_s, []).append(f)
+        for start, group in at.items():
+            delay = t0 + start - self.clock()
             if delay > 0 and self._stop.wait(delay):
                 return
-            try:
-                self.start_flow(f)
-                self.started[f.name] = self.clock() - t0
-            except Exception as exc:  # an endpoint refused: recorded, the others still start
-                self.errors.append(f"flow {f.name}: {exc}")
+            ready = []
+            for f in group:
+                try:
+                    self.connect(f)
+                    ready.append(f)
+                except Exception as exc:  # an endpoint refused: recorded, the others start
+                    self.errors.append(f"flow {f.name}: {exc}")
+            for f in ready:
+                try:
+                    self.post(f)
+                    self.started[f.name] = self.clock() - t0
+                except Exception as exc:
+                    self.errors.append(f"flow {f.name}: {exc}")
 
     def start(self, t0: float | None = None) -> None:
         t0 = self.clock() if t0 is None else t0

@@ -19,17 +19,19 @@ The reading is done by :func:`compute_headline`; everything else is pure, for th
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
+from testbed.analysis.collectives import collective_figures, rank_steps
 from testbed.analysis.headline_links import imbalance, link_figures, stages
 from testbed.analysis.phenomena import jain_index
+from testbed.analysis.quantiles import percentile
 from testbed.results.endpoints import MessageRow, QpRow, read_messages, read_qp_series
 from testbed.results.files import P4_COUNTERS_FILE, SCENARIO_FILE, TOPOLOGY_FILE
 from testbed.results.telemetry import QueueId, TelemetryRow, last_p4_counters, run_telemetry
+from traffic.collectives import CollectiveSpec, flows_of
 from traffic.flows import FlowSpec, assign_qps
 from traffic.wire import NUM_TCS
 
@@ -39,15 +41,6 @@ VICTIM_PREFIX = "victim"
 
 def is_victim(name: str) -> bool:
     return name.startswith(VICTIM_PREFIX)
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The nearest-rank q-quantile (0 < q <= 1): a value that was measured, never one
-    interpolated between two; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def jain(values: list[float]) -> float | None:
@@ -219,13 +212,35 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
     links = link_figures(rows, topology, window)
     counters = last_counters(run_dir / P4_COUNTERS_FILE)
     pfc_enable = scenario["config"]["qos"]["pfc_enable"]
-    return _assemble(flows, victims(flows, alone), links, imbalance(links, stages(topology)),
+    head = _assemble(flows, victims(flows, alone), links, imbalance(links, stages(topology)),
                      host_uplinks(topology, counters, series), summary, window, fcts, {
                          "drops": sum(_last_drops(rows).values()),
                          "lossless_drops_telemetry": sum(v for q, v in _last_drops(rows).items()
                                                          if q[2] in pfc_enable),
                          "ecn_marked": sum(v for (_s, c, _i), v in counters.items()
                                            if c == ECN_COUNTER)})
+    if scenario.get("collectives"):
+        head["collectives"] = _collectives(scenario, topology, specs, messages, series, flows)
+    return head
+
+
+def _collectives(scenario: dict, topology: dict, specs: list[FlowSpec],
+                 messages: dict[str, list[MessageRow]], series: dict[str, list[QpRow]],
+                 flows: dict[str, dict]) -> dict[str, dict]:
+    """Each collective's figures (testbed.analysis.collectives), from its flows' messages."""
+    assigned = assign_qps(specs)
+    by_name = {s.name: s for s in specs}
+    rate = {h["name"]: float(h["rate_mbps"]) for h in topology["hosts"]}
+    paused = {h: max((r.paused_s for r in rows), default=0.0) for h, rows in series.items()}
+    out = {}
+    for raw in scenario["collectives"]:
+        c = CollectiveSpec.model_validate(raw)
+        ranks = c.ranks or []
+        sends = {name: rank_steps(by_name[name], messages[by_name[name].src],
+                                  [a.requester_qpn for a in assigned[name]])
+                 for name in (f.name for f in flows_of(c, ranks)) if name in by_name}
+        out[c.name] = collective_figures(c, min(rate[r] for r in ranks), sends, flows, paused)
+    return out
 
 
 def _last_drops(rows: list[TelemetryRow]) -> dict[QueueId, int]:

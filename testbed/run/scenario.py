@@ -12,6 +12,8 @@ fidelity), plus:
       - {switch: leaf1, prefix: 10.0.3.0/24, via: spine1}
     flows:                    # traffic.flows.FlowSpec
       - {name: a, src: h1, dst: h3, message_bytes: 65536, duration_s: 10}
+    collectives:              # traffic.collectives.CollectiveSpec, run as flows
+      - {name: ar, op: all_reduce, size_bytes: 1048576, iterations: 5, channels: 1}
     faults:
       - {at_s: 0, link_down: [spine1, leaf3]}     # every parallel link of the pair
       - {at_s: 1, link_down: [spine2, leaf3, 2]}  # only the 2nd of them (1..parallel_links)
@@ -50,6 +52,7 @@ from testbed.budget.scenario import AUTO_FIELDS, auto_fields, auto_problem, choo
 from testbed.config.models import ConfigError, FabricConfig
 from testbed.topology.graph import Topology, build_topology, link_ends, pin_route
 from testbed.topology.validate import explain, parse_config, read_yaml
+from traffic.collectives import CollectiveSpec, default_ranks, flows_of, message_bytes
 from traffic.flows import FlowSpec
 from traffic.names import NAME_PATTERN, PORT_PATTERN, is_name
 from traffic.wire import LOCAL_ACK_TIMEOUT, RETRY_COUNT
@@ -161,6 +164,10 @@ class ScenarioExtras(BaseModel):
     endpoints: EndpointOptions = Field(default_factory=EndpointOptions)
     routes: list[RouteOverride] = Field(default_factory=list)
     flows: list[FlowSpec] = Field(default_factory=list)
+    collectives: list[CollectiveSpec] = Field(
+        default_factory=list, description="Collectives (all-reduce, all-to-all...) among "
+        "hosts, run as flows whose steps wait on each other (traffic.collectives); parsing "
+        "adds those flows to flows.")
     faults: list[Fault] = Field(default_factory=list)
     capture: list[Annotated[str, Field(pattern=f"{NAME_PATTERN}|{PORT_PATTERN}")]] = Field(
         default_factory=list, description="Packet captures: a host (h1) or a switch port "
@@ -215,9 +222,64 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
     topo = build_topology(cfg)
     problems = (_flow_problems(cfg, extras, topo) + _fault_problems(extras, topo)
                 + _route_problems(extras, topo) + _capture_problems(extras, topo))
+    if not problems:
+        extras, problems = _with_collectives(cfg, extras, topo)
     if problems:
         raise ConfigError(problems, source)
     return Scenario(cfg, extras, topo, source)
+
+
+def collective_ranks(c: CollectiveSpec, topo: Topology) -> list[str]:
+    """The collective's ranks in ring order: as written, or every host with the leaves taken
+    in turn (traffic.collectives.default_ranks)."""
+    if c.ranks is not None:
+        return list(c.ranks)
+    by_leaf: dict[str, list[str]] = {}
+    for h in sorted(topo.hosts, key=lambda h: (h.leaf_index, h.position)):
+        by_leaf.setdefault(h.leaf, []).append(h.name)
+    return default_ranks(by_leaf)
+
+
+def _with_collectives(cfg: FabricConfig, extras: ScenarioExtras,
+                      topo: Topology) -> tuple[ScenarioExtras, list[str]]:
+    """The scenario with its collectives' flows added to its flows (and their ranks written
+    out, as scenario.json keeps them), or what is wrong with them (a host that does not exist,
+    a size that does not split, a class no DSCP reaches, a name a flow already has)."""
+    problems: list[str] = []
+    hosts = {h.name for h in topo.hosts}
+    dscps = cfg.qos.tc_to_dscp()
+    added: list[FlowSpec] = []
+    resolved: list[CollectiveSpec] = []
+    for i, c in enumerate(extras.collectives):
+        ranks = collective_ranks(c, topo)
+        resolved.append(c.model_copy(update={"ranks": ranks}))
+        unknown = [r for r in ranks if r not in hosts]
+        if unknown:
+            problems.append(f"collectives.{i}.ranks: unknown host {unknown[0]!r}")
+            continue
+        if message_bytes(c, len(ranks)) is None:
+            unit = len(ranks) * c.channels
+            problems.append(f"collectives.{i}.size_bytes: {c.size_bytes} does not split into "
+                            f"{len(ranks)} ranks x {c.channels} channels; use a multiple of "
+                            f"{unit}, e.g. {max(1, round(c.size_bytes / unit)) * unit}")
+            continue
+        if c.tc not in dscps:
+            problems.append(f"collectives.{i}.tc: no DSCP reaches class {c.tc}; use one of "
+                            f"{', '.join(map(str, sorted(dscps)))} or map one in "
+                            "qos.dscp_to_tc_map")
+        if c.start_s >= extras.duration_s:
+            problems.append(f"collectives.{i}.start_s: {c.start_s} is past the end "
+                            f"(duration_s {extras.duration_s})")
+        added += flows_of(c, ranks)
+    names = [f.name for f in [*extras.flows, *added]]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        problems.append(f"flows: the name {clash[0]!r} is given twice (a collective names its "
+                        "flows <collective>-<src>-<dst>)")
+    if problems:
+        return extras, problems
+    return extras.model_copy(update={"flows": [*extras.flows, *added],
+                                     "collectives": resolved}), []
 
 
 def _parse_auto(data: dict, source: str, fields: list[str]) -> Scenario:
@@ -259,6 +321,12 @@ def _flow_problems(cfg: FabricConfig, extras: ScenarioExtras, topo: Topology) ->
         if f.start_s >= extras.duration_s:
             problems.append(f"flows.{i}.start_s: {f.start_s} is past the end "
                             f"(duration_s {extras.duration_s})")
+        by_name = {g.name: g for g in extras.flows}
+        for g in f.after:
+            w = by_name.get(g)
+            if w is None or w.dst != f.src or w.qps != f.qps or w.start_s != f.start_s:
+                problems.append(f"flows.{i}.after: {g!r} must be a flow into {f.src} with "
+                                f"{f.qps} QPs starting with it (start_s {f.start_s})")
         for field_, tc in (("tc", f.tc), ("ack_tc", f.ack_tc)):
             if tc is None or tc in dscps:
                 continue
