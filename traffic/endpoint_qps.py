@@ -66,8 +66,9 @@ class QpState:
 
 class QpTable:
     """Part of :class:`traffic.endpoint.Endpoint`: its QPs (``qps``, and ``_requesters``, the
-    senders, for the send loop). Uses the endpoint's ``cfg``, ``dcqcn``, ``now()`` and
-    ``paused_seconds()`` (each requester's timer reads its class's time paused)."""
+    senders, for the send loop). Uses the endpoint's ``cfg``, ``dcqcn``, ``now()``,
+    ``paused_seconds()`` (each requester's timer reads its class's time paused) and
+    ``_housekeeping_by()``."""
 
     cfg: EndpointConfig
     dcqcn: DcqcnParams
@@ -141,6 +142,8 @@ class QpTable:
         st.chain.release(now)
 
     def _release_chains(self, st: QpState, now: float) -> None:
-        """``st``, a gate, took a packet: post what its chains may now send."""
-        for c in st.chains:
-            c.release(now)
+        """``st``, a gate, took a packet: post what its chains may now send. Work posted
+        has housekeeping look at once, as a ``post`` command does: it sets the retransmission
+        timer's deadline from the work there is (a lost tail is found by nothing else)."""
+        if sum(c.release(now) for c in st.chains):
+            self._housekeeping_by(now)

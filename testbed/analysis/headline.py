@@ -219,8 +219,15 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
                                                          if q[2] in pfc_enable),
                          "ecn_marked": sum(v for (_s, c, _i), v in counters.items()
                                            if c == ECN_COUNTER)})
-    if scenario.get("collectives"):
-        head["collectives"] = _collectives(scenario, topology, specs, messages, series, flows)
+    coll = (_collectives(scenario, topology, specs, messages, series, flows)
+            if scenario.get("collectives") else {})
+    effs = [c["efficiency"] for c in coll.values()]
+    ops = [c["time_per_op_s"] for c in coll.values()]
+    p99 = [c["step_p99_s"] for c in coll.values()]
+    # run-wide, the worst collective: an unfinished one (None) leaves the figure unknown
+    head.update(efficiency=None if not effs or None in effs else min(effs),
+                op_time_s=None if not ops or None in ops else max(ops),
+                step_p99_s=None if not p99 or None in p99 else max(p99), collectives=coll)
     return head
 
 

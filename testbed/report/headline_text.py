@@ -25,6 +25,9 @@ FIGURES: list[tuple[str, str]] = [
     ("naks", "NAKs"),
     ("max_utilization", "max link utilization"),
     ("max_imbalance", "ECMP imbalance (max/mean)"),
+    ("efficiency", "collective efficiency"),
+    ("op_time_s", "collective time/op (s)"),
+    ("step_p99_s", "collective step p99 (s)"),
 ]
 
 #: The per-flow table's columns: (key in a flow's figures, label).

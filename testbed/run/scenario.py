@@ -4,6 +4,7 @@ folder. `testbed run SCENARIO.yaml` runs one; every experiment of the lab is suc
 A scenario file holds the fabric config sections (name, fabric, ecmp, switch, qos, agent,
 fidelity), plus:
 
+    mode: roce-lossless       # or roce-lossy (testbed.run.modes); unset: as qos says
     duration_s: 20            # the run ends here (senders stop, counters are read)
     settle_s: 2               # then this long with no traffic, to see what stays stuck
     endpoints: {dcqcn: true}  # the hosts' RoCE NICs; dcqcn_profile: paper | connectx,
@@ -50,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from testbed.budget.scenario import AUTO_FIELDS, auto_fields, auto_problem, choose_rates
 from testbed.config.models import ConfigError, FabricConfig
+from testbed.run.modes import apply_mode
 from testbed.topology.graph import Topology, build_topology, link_ends, pin_route
 from testbed.topology.validate import explain, parse_config, read_yaml
 from traffic.collectives import CollectiveSpec, default_ranks, flows_of, message_bytes
@@ -158,6 +160,10 @@ class EndpointOptions(BaseModel):
 
 class ScenarioExtras(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    mode: Literal["roce-lossless", "roce-lossy"] | None = Field(
+        None, description="How the fabric keeps RoCE's class lossless (testbed.run.modes): "
+        "roce-lossless (PFC + ECN + DCQCN) or roce-lossy (no PFC); unset: as the qos and "
+        "endpoints sections say.")
     duration_s: float = Field(10.0, gt=0, le=3600)
     settle_s: float = Field(2.0, ge=0, le=600)
     sample_period_s: float = Field(0.5, ge=0.05, le=60)
@@ -202,6 +208,9 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
+    data, wrong = apply_mode(data)
+    if wrong:
+        raise ConfigError(wrong, source)
     fields = auto_fields(data)
     if fields:
         return _parse_auto(data, source, fields)
