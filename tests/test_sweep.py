@@ -123,23 +123,26 @@ def _headline(goodput: float, pfc: int, victim: float | None = None) -> dict:
 
 def test_aggregate_median_and_spread_per_point() -> None:
     pts = [{"k": 1}, {"k": 2}, {"k": 3}]
-    runs = [RunRecord(0, 1, "a", _headline(4.0, 10)), RunRecord(0, 2, "b", _headline(6.0, 30)),
-            RunRecord(0, 3, "c", _headline(5.0, 20, 2.0)), RunRecord(1, 1, "d", _headline(1, 0))]
+    runs = [RunRecord(0, 1, "a", _headline(4.0, 10), True),
+            RunRecord(0, 2, "b", _headline(6.0, 30), False),
+            RunRecord(0, 3, "c", _headline(5.0, 20, 2.0), True),
+            RunRecord(1, 1, "d", _headline(1, 0))]
     rows = aggregate(pts, runs)
     assert [r["point"] for r in rows] == [1, 2]  # point 3 has no run
-    assert rows[0]["runs"] == 3
+    assert rows[0]["runs"] == 3 and rows[0]["faithful"] == 2  # an unknown verdict is not one
+    assert rows[1]["faithful"] == 0
     assert rows[0]["goodput_mbps"] == (5.0, 4.0, 6.0)
     assert rows[0]["victim_slowdown"] == (2.0, 2.0, 2.0)
     assert rows[1]["victim_slowdown"] is None and rows[1]["jain"] is None
     csv_rows = table_csv_rows(rows, ["k"])
     header = csv_rows[0]
-    assert header[:3] == ["point", "k", "runs"]
+    assert header[:4] == ["point", "k", "runs", "faithful"]
     line = dict(zip(header, csv_rows[1], strict=True))
     assert (line["goodput_mbps_median"], line["goodput_mbps_min"],
             line["goodput_mbps_max"]) == (5.0, 4.0, 6.0)
     assert dict(zip(header, csv_rows[2], strict=True))["jain_median"] == ""
     md = table_markdown(rows, ["k"])
-    assert md[2].startswith("| 1 | 1 | 3 | 5 [4, 6] |") and "| 2 |" in md[3]
+    assert md[2].startswith("| 1 | 1 | 3 | 2 of 3 | 5 [4, 6] |") and "| 2 |" in md[3]
 
 
 def _fake_run(interrupt_at: int):

@@ -15,7 +15,8 @@ from testbed.report.headline_text import FIGURES
 
 #: The figures a sweep's picture plots (a panel each, when some point has a value).
 SWEEP_PLOT = ["goodput_mbps", "jain", "fct_p99_s", "pfc_frames", "pause_s", "drops",
-              "retransmitted", "ecn_marked", "victim_slowdown", "max_imbalance"]
+              "retransmitted", "ecn_marked", "victim_slowdown", "max_imbalance", "efficiency",
+              "step_p99_s"]
 
 
 def _pyplot():

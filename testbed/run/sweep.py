@@ -158,6 +158,9 @@ class RunRecord:
     repeat: int  # 1-based
     run_dir: str
     headline: dict
+    #: The fidelity guard's verdict: a figure of a run that was not faithful is no figure,
+    #: so the table says how many of a point's runs were (None: not known).
+    faithful: bool | None = None
 
 
 def spread(values: list[float]) -> tuple[float, float, float] | None:
@@ -176,7 +179,8 @@ def aggregate(pts: list[dict[str, Any]], runs: list[RunRecord]) -> list[dict]:
         mine = [r for r in runs if r.point == i]
         if not mine:
             continue
-        row: dict[str, Any] = {"point": i + 1, "settings": point, "runs": len(mine)}
+        row: dict[str, Any] = {"point": i + 1, "settings": point, "runs": len(mine),
+                               "faithful": sum(r.faithful is True for r in mine)}
         for key, _label in FIGURES:
             vals = [float(r.headline[key]) for r in mine
                     if r.headline.get(key) is not None]
@@ -187,12 +191,13 @@ def aggregate(pts: list[dict[str, Any]], runs: list[RunRecord]) -> list[dict]:
 
 def table_csv_rows(rows: list[dict], keys: list[str]) -> list[list[Any]]:
     """The table as CSV: a header, then a row per point (each figure's median, min, max)."""
-    header = ["point", *keys, "runs"]
+    header = ["point", *keys, "runs", "faithful"]
     for key, _ in FIGURES:
         header += [f"{key}_median", f"{key}_min", f"{key}_max"]
     out: list[list[Any]] = [header]
     for r in rows:
-        line: list[Any] = [r["point"], *(flow_style(r["settings"][k]) for k in keys), r["runs"]]
+        line: list[Any] = [r["point"], *(flow_style(r["settings"][k]) for k in keys), r["runs"],
+                           r["faithful"]]
         for key, _ in FIGURES:
             line += list(r[key]) if r[key] is not None else ["", "", ""]
         out.append(line)
@@ -205,11 +210,12 @@ def table_markdown(rows: list[dict], keys: list[str]) -> list[str]:
 
     body = []
     for r in rows:
-        cells = [str(r["point"]), *(flow_style(r["settings"][k]) for k in keys), str(r["runs"])]
+        cells = [str(r["point"]), *(flow_style(r["settings"][k]) for k in keys), str(r["runs"]),
+                 f"{r['faithful']} of {r['runs']}"]
         for key, _ in FIGURES:
             s = r[key]
             cells.append("-" if s is None else fmt(s[0]) if s[1] == s[2]
                          else f"{fmt(s[0])} [{fmt(s[1])}, {fmt(s[2])}]")
         body.append(cells)
-    header = ["point", *keys, "runs", *(label for _, label in FIGURES)]
+    header = ["point", *keys, "runs", "faithful", *(label for _, label in FIGURES)]
     return markdown_table(header, body)

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from testbed.analysis.fidelity import verdict_problem
 from testbed.config.models import ConfigError
 from testbed.machine.owner import make_results_dir
 from testbed.report.headline_text import FIGURES
@@ -121,8 +122,11 @@ def run_sweep(plan: Plan, out: Path, run: RunFn, progress: Callable[[str], None]
                          f"repeat {rep}")
                 res = run(sc, out / RUNS_DIR / f"p{i + 1:02d}-r{rep}", progress)
                 headline = res.summary.get("headline") or {}
+                problem = verdict_problem(res.summary.get("fidelity"))
+                if problem:
+                    progress(f"run {n}/{total} is not a faithful emulation: {problem}")
                 records.append(RunRecord(i, rep, str(Path(res.results_dir).relative_to(out)),
-                                         headline))
+                                         headline, problem is None))
                 write_sweep(plan, out, records, interrupted=False)
     except KeyboardInterrupt:
         write_sweep(plan, out, records, interrupted=True)
@@ -136,7 +140,8 @@ def write_sweep(plan: Plan, out: Path, records: list[RunRecord], interrupted: bo
         "scenario": plan.source, "repeat": plan.repeat, "interrupted": interrupted,
         "settings": [asdict(s) for s in plan.settings], "points": plan.points,
         "runs": [{"point": r.point + 1, "repeat": r.repeat, "label": point_label(
-            plan.points[r.point]), "run_dir": r.run_dir} for r in records]},
+            plan.points[r.point]), "run_dir": r.run_dir, "faithful": r.faithful}
+            for r in records]},
         indent=2, default=str))
     rows = aggregate(plan.points, records)
     with open(out / SWEEP_TABLE_CSV_FILE, "w", newline="") as fh:
@@ -144,13 +149,16 @@ def write_sweep(plan: Plan, out: Path, records: list[RunRecord], interrupted: bo
     title = f"# Sweep of {plan.source}" + (" (interrupted)" if interrupted else "")
     (out / SWEEP_TABLE_MD_FILE).write_text("\n".join([
         title, "", f"{len(records)} runs; each figure is the median of a point's runs, "
-        "[min, max] when they differ (docs/RESULTS.md says what each is).", "",
+        "[min, max] when they differ (docs/RESULTS.md says what each is); `faithful`: how many "
+        "of them the fidelity guard passed (a figure of a run that was not is no figure).", "",
         *table_markdown(rows, plan.keys), "", "![sweep](sweep.png)", ""]))
     with open(out / SWEEP_RUNS_FILE, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["point", "repeat", "settings", "run_dir", *(k for k, _ in FIGURES)])
+        w.writerow(["point", "repeat", "settings", "run_dir", "faithful",
+                    *(k for k, _ in FIGURES)])
         for r in records:
             w.writerow([r.point + 1, r.repeat, point_label(plan.points[r.point]), r.run_dir,
+                        "" if r.faithful is None else int(r.faithful),
                         *("" if r.headline.get(k) is None else r.headline[k]
                           for k, _ in FIGURES)])
     if rows:
