@@ -5,6 +5,9 @@ headline.
 * ``allreduce`` (roce-lossless: PFC + ECN + DCQCN): every operation completes, each rank moves
   exactly what the ring algorithm must (2(n-1)/n x S an operation), nothing is lost or resent,
   each step waited for the previous step's message to arrive, busbw = algbw x 2(n-1)/n;
+* ``allreduce`` in mode ``tcp``: the same ring over the hosts' kernel TCP: every operation
+  completes, each rank moves what the ring must, the wire (tshark, at h1) carries TCP segments
+  in the flows' class and no RoCE, and no PFC frame is sent;
 * ``allreduce-incast``, the same beside a 3:1 incast: lossless, every operation completes, the
   incast's pauses hold a rank (the straggler stood paused) and nothing is lost; roce-lossy (no
   PFC), the queues drop, Go-Back-N resends and no PFC frame is sent. (How far lossy falls behind
@@ -25,6 +28,7 @@ from testbed.analysis.fidelity import verdict_problem
 from testbed.results.endpoints import read_messages
 from testbed.run.scenario import parse_scenario
 from testbed.run.scenario_run import run_scenario
+from tests.test_capture import need_tshark, tshark
 from traffic.flows import assign_qps
 
 pytestmark = pytest.mark.bmv2
@@ -67,6 +71,23 @@ def test_a_lossless_all_reduce_moves_what_the_ring_must_and_loses_nothing(tmp_pa
         assert len(posted[name]) == 2 * (n - 1) * coll.iterations
         for i in range(2, len(posted[name]) + 1):
             assert posted[name][i] >= posted[f.after[0]][i - 1] + wire_s, (name, i)
+
+
+def test_the_same_all_reduce_over_kernel_tcp(tmp_path: Path) -> None:
+    need_tshark()
+    sc, summary, run_dir = run("allreduce", tmp_path, mode="tcp", capture=["h1"])
+    coll = sc.extras.collectives[0]
+    ar = summary["headline"]["collectives"]["ar"]
+    n = len(ar["ranks"])
+    assert ar["ops_completed"] == coll.iterations and 0 < ar["efficiency"] <= 1
+    for f in sc.extras.flows:
+        assert summary["flows"][f.name]["bytes_received"] == \
+            2 * (n - 1) * coll.size_bytes // n * coll.iterations
+    assert summary["headline"]["pfc_frames"] == 0
+    pcap = run_dir / "captures" / "h1.pcap"
+    dscp = {int(d) for (d,) in tshark(pcap, ["ip.dsfield.dscp"], "tcp.len > 0")}
+    assert dscp == {sc.cfg.qos.tc_to_dscp()[coll.tc]}  # TCP data, in the collective's class
+    assert tshark(pcap, ["frame.number"], "udp.port == 4791") == []  # and no RoCE
 
 
 def test_beside_an_incast_lossless_pauses_and_lossy_drops_and_resends(

@@ -9,8 +9,8 @@ queue backs up), a broken NIC (sends PAUSE continuously) and random loss on the 
 
 Control: a unix socket taking one JSON object per line and answering one per line (see
 :mod:`traffic.client` and ``python -m traffic.endpoint --help``). Output: ``qp_timeseries.csv``
-(one row per QP per sample) and ``messages.csv`` (one row per completed message) in ``out_dir``,
-with the schema documented in :data:`QP_COLUMNS` and :data:`MESSAGE_COLUMNS`.
+(one row per QP per sample) and ``messages.csv`` (one row per completed message) in ``out_dir``
+(:data:`QP_COLUMNS`, :data:`MESSAGE_COLUMNS`). ``--transport tcp``: :mod:`traffic.tcp_endpoint`.
 
 This module is the core (sockets, the receive path, the send loop and its pacers, housekeeping,
 the event loop) and the command; :class:`Endpoint` gathers the other parts, each a class of its
@@ -75,8 +75,7 @@ log = logging.getLogger("roce.endpoint")
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back to us
 PACKET_STATISTICS = 6  # packet(7): struct tpacket_stats {tp_packets, tp_drops}
-SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # socket(7); Python may not name them
-SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32  # socket(7); Python may not name them
 SOCKET_BUFFER_BYTES = 8 * 1024 * 1024
 #: How far behind schedule a pacer may fall before it forgets the debt; keeps the average rate
 #: exact when the loop wakes late, without letting a stalled QP burst afterwards.
@@ -92,8 +91,6 @@ BURST_FRAMES = 64
 #: The shortest interval between two housekeeping looks (:meth:`Endpoint._housekeeping`), and
 #: the period of duration flows' refills.
 HOUSEKEEPING_S = 0.01
-
-
 _INF = float("inf")
 
 
@@ -443,6 +440,9 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
 def main(argv: list[str] | None = None) -> None:
     a = build_parser().parse_args(argv)
     logging.basicConfig(level=a.log, format="%(asctime)s %(name)s %(message)s")
+    if a.transport == "tcp":  # the same flows over kernel TCP (mode tcp)
+        from traffic.tcp_endpoint import serve
+        return serve(config_from_args(a))
     ep = Endpoint(config_from_args(a))
     signal.signal(signal.SIGTERM, lambda *_: setattr(ep, "_running", False))
     log.info("endpoint on %s (%s), control %s", a.intf, a.ip, a.control)

@@ -44,6 +44,9 @@ class EndpointConfig:
     rto_s: float = DEFAULT_RTO_S
     retry_count: int = RETRY_COUNT  # IB's retry_cnt: timeouts in a row before the QP fails
     t0_monotonic: float | None = None  # origin of t_s; the testbed passes the run's
+    transport: str = "roce"  # roce, or tcp: the flows over the host's kernel TCP
+    tcp_congestion: str = "cubic"  # TCP's congestion control (tcp(7) TCP_CONGESTION)
+    tcp_ecn: bool = True  # RFC 3168 ECN on the host's TCP connections
 
 
 def _tc_dscp_table(text: str) -> dict[int, int]:
@@ -96,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--retry-count", type=int, default=RETRY_COUNT, choices=range(8),
                     metavar="N", help="IB's retry_cnt: timeouts in a row without progress "
                     "before a QP fails (endpoints.retry_count)")
+    ap.add_argument("--transport", choices=("roce", "tcp"), default="roce",
+                    help="tcp: carry the flows over the host's kernel TCP (mode tcp: "
+                         "traffic.tcp_endpoint) instead of RoCE RC QPs")
+    ap.add_argument("--tcp-congestion", default="cubic",
+                    help="TCP's congestion control (one of the kernel's: "
+                         "net.ipv4.tcp_available_congestion_control)")
+    ap.add_argument("--no-tcp-ecn", action="store_true",
+                    help="TCP without ECN (default: RFC 3168 ECN on)")
     ap.add_argument("--log", default="INFO")
     return ap
 
@@ -108,4 +119,5 @@ def config_from_args(a: argparse.Namespace) -> EndpointConfig:
         sample_period_s=a.sample_period, cnp_interval_s=a.cnp_interval, dcqcn=a.dcqcn,
         dcqcn_enabled=not a.no_dcqcn, dcqcn_profile=a.dcqcn_profile, t0_monotonic=a.t0,
         rto_s=local_ack_timeout_s(a.local_ack_timeout, a.line_rate_mbps * 1e6),
-        retry_count=a.retry_count)
+        retry_count=a.retry_count, transport=a.transport, tcp_congestion=a.tcp_congestion,
+        tcp_ecn=not a.no_tcp_ecn)

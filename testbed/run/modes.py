@@ -6,10 +6,13 @@ compares them on one workload.
   deployed for AI training (the defaults).
 * ``roce-lossy``: no PFC; ECN and DCQCN as the file says (on by default, or ``ecn: {}`` and
   ``endpoints: {dcqcn: false}`` for nothing): Go-Back-N recovers what the queues drop.
+* ``tcp``: the flows (and collectives) over the hosts' kernel TCP instead of RoCE QPs
+  (:mod:`traffic.tcp_endpoint`), in a lossy class (no PFC), with the kernel's congestion control
+  (``endpoints.tcp_congestion``, cubic) and RFC 3168 ECN against the switches' marking.
 
-``tcp`` (the hosts' kernel TCP through the same fabric) and ``ib-credit`` (InfiniBand's credit
-flow control) are named, and refused until they exist. A mode fills in what it implies where
-the file is silent, and refuses what the file says against it, in one line naming the field.
+``ib-credit`` (InfiniBand's credit flow control) is named, and refused until it exists. A mode
+fills in what it implies where the file is silent, and refuses what the file says against it,
+in one line naming the field.
 Pure: a scenario's data in, the data to parse out.
 """
 
@@ -19,12 +22,14 @@ import copy
 from typing import Any
 
 #: The modes a scenario can run in.
-MODES = ("roce-lossless", "roce-lossy")
+MODES = ("roce-lossless", "roce-lossy", "tcp")
 #: Modes with a name but not built: why, for the refusal.
 NOT_BUILT = {
-    "tcp": "the hosts' kernel TCP over the fabric is not built yet",
     "ib-credit": "InfiniBand-style credit flow control is not built yet",
 }
+#: What a RoCE QP has and a TCP connection has not: refused in mode tcp.
+ROCE_ONLY_ENDPOINT = ("local_ack_timeout", "retry_count", "dcqcn_profile")
+ROCE_ONLY_FLOW = ("udp_sport", "ack_tc")
 
 
 def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -42,6 +47,8 @@ def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         return data, []  # not a mapping: the config's own validation says so
     endpoints = out.get("endpoints") if isinstance(out.get("endpoints"), dict) else {}
     problems = []
+    if "transport" in endpoints:
+        problems.append("endpoints.transport: the mode sets it (mode: tcp); leave it out")
     if mode == "roce-lossless":
         if qos.get("pfc_enable") == []:
             problems.append("qos.pfc_enable: [] turns PFC off, against mode roce-lossless; "
@@ -55,7 +62,30 @@ def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     else:
         if qos.get("pfc_enable"):
             problems.append(f"qos.pfc_enable: {qos['pfc_enable']} turns PFC on, against mode "
-                            "roce-lossy; leave it out (the mode turns PFC off) or use "
+                            f"{mode}; leave it out (the mode turns PFC off) or use "
                             "mode roce-lossless")
         qos.setdefault("pfc_enable", [])
+    if mode == "tcp":
+        problems += _tcp_problems(out, endpoints)
+        out["endpoints"] = {**endpoints, "transport": "tcp", "dcqcn": False}
     return out, problems
+
+
+def _tcp_problems(data: dict[str, Any], endpoints: dict[str, Any]) -> list[str]:
+    """What a scenario in mode tcp asks of RoCE: its NIC's DCQCN, timers and faults, its
+    QPs' UDP ports and ACK classes."""
+    problems = []
+    if endpoints.get("dcqcn") is True:
+        problems.append("endpoints.dcqcn: true, against mode tcp (TCP's own congestion "
+                        "control: endpoints.tcp_congestion); leave it out")
+    problems += [f"endpoints.{k}: a RoCE QP's setting; TCP has its own in mode tcp: leave it "
+                 "out" for k in ROCE_ONLY_ENDPOINT if k in endpoints]
+    flows = data.get("flows") if isinstance(data.get("flows"), list) else []
+    problems += [f"flows.{i}.{k}: a RoCE QP's setting, none in mode tcp: leave it out"
+                 for i, f in enumerate(flows) if isinstance(f, dict)
+                 for k in ROCE_ONLY_FLOW if k in f]
+    faults = data.get("faults") if isinstance(data.get("faults"), list) else []
+    problems += [f"faults.{i}.mode: {f['mode']} is a RoCE NIC's fault, none in mode tcp"
+                 for i, f in enumerate(faults) if isinstance(f, dict)
+                 and f.get("mode") not in (None, "none")]
+    return problems

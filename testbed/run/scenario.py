@@ -4,7 +4,7 @@ folder. `testbed run SCENARIO.yaml` runs one; every experiment of the lab is suc
 A scenario file holds the fabric config sections (name, fabric, ecmp, switch, qos, agent,
 fidelity), plus:
 
-    mode: roce-lossless       # or roce-lossy (testbed.run.modes); unset: as qos says
+    mode: roce-lossless       # or roce-lossy, tcp (testbed.run.modes); unset: as qos says
     duration_s: 20            # the run ends here (senders stop, counters are read)
     settle_s: 2               # then this long with no traffic, to see what stays stuck
     endpoints: {dcqcn: true}  # the hosts' RoCE NICs; dcqcn_profile: paper | connectx,
@@ -132,6 +132,14 @@ class EndpointOptions(BaseModel):
     #: IB's retry_cnt: timeouts in a row without progress before a QP goes to the error state
     #: and flushes its messages (7, the largest, is NCCL's NCCL_IB_RETRY_CNT).
     retry_count: int = Field(RETRY_COUNT, ge=0, le=7)
+    #: The hosts' transport, set by the scenario's mode (testbed.run.modes): RoCE RC QPs, or
+    #: the kernel's TCP (mode tcp, traffic.tcp_endpoint).
+    transport: Literal["roce", "tcp"] = "roce"
+    #: Mode tcp: the kernel's congestion control for every connection (tcp(7)
+    #: TCP_CONGESTION; this kernel has reno, cubic and bbr, and no dctcp), and RFC 3168 ECN,
+    #: which reacts to the switches' CE marks as DCQCN does to CNPs.
+    tcp_congestion: Literal["cubic", "reno", "bbr"] = "cubic"
+    tcp_ecn: bool = True
 
     @model_validator(mode="before")
     @classmethod
@@ -141,6 +149,13 @@ class EndpointOptions(BaseModel):
                              "Timeout scaled to the link; set local_ack_timeout (n: 4.096 us "
                              "x 2^n at 40 Gbit/s, default 8)")
         return data
+
+    @model_validator(mode="after")
+    def _tcp_settings_need_tcp(self) -> EndpointOptions:
+        stray = sorted({"tcp_congestion", "tcp_ecn"} & self.model_fields_set)
+        if stray and self.transport != "tcp":
+            raise ValueError(f"{stray[0]} sets TCP's behaviour: only in mode tcp")
+        return self
 
     @model_validator(mode="after")
     def _profile_needs_dcqcn(self) -> EndpointOptions:
@@ -153,6 +168,9 @@ class EndpointOptions(BaseModel):
         """The endpoints' command-line arguments for these options."""
         rto = ["--local-ack-timeout", str(self.local_ack_timeout),
                "--retry-count", str(self.retry_count)]
+        if self.transport == "tcp":
+            return ["--transport", "tcp", "--tcp-congestion", self.tcp_congestion, "--no-dcqcn",
+                    *([] if self.tcp_ecn else ["--no-tcp-ecn"])]
         if not self.dcqcn:
             return ["--no-dcqcn", *rto]
         return (["--dcqcn-profile", self.dcqcn_profile] if self.dcqcn_profile else []) + rto
@@ -160,10 +178,10 @@ class EndpointOptions(BaseModel):
 
 class ScenarioExtras(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    mode: Literal["roce-lossless", "roce-lossy"] | None = Field(
-        None, description="How the fabric keeps RoCE's class lossless (testbed.run.modes): "
-        "roce-lossless (PFC + ECN + DCQCN) or roce-lossy (no PFC); unset: as the qos and "
-        "endpoints sections say.")
+    mode: Literal["roce-lossless", "roce-lossy", "tcp"] | None = Field(
+        None, description="How the fabric carries the flows (testbed.run.modes): "
+        "roce-lossless (PFC + ECN + DCQCN), roce-lossy (no PFC) or tcp (the hosts' kernel "
+        "TCP, no PFC); unset: as the qos and endpoints sections say.")
     duration_s: float = Field(10.0, gt=0, le=3600)
     settle_s: float = Field(2.0, ge=0, le=600)
     sample_period_s: float = Field(0.5, ge=0.05, le=60)
