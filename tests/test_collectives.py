@@ -143,6 +143,30 @@ def test_a_wrong_collective_is_refused_in_one_line(collective: dict, words: str)
     assert words in info.value.render()
 
 
+@pytest.mark.parametrize("mode", [None, "roce-lossless", "roce-lossy", "tcp"])
+@pytest.mark.parametrize("name", ["allreduce", "allreduce-incast"])
+def test_a_run_s_scenario_json_parses_again_to_the_same_scenario(name: str, mode: str | None
+                                                                  ) -> None:
+    """A lab's check parses a run's scenario.json again: its collective's flows are not added
+    twice, and what its mode filled in is not taken for a contradiction."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from testbed.run.scenario_run import scenario_record
+
+    data = yaml.safe_load((Path(__file__).parent.parent / "scenarios" / f"{name}.yaml")
+                          .read_text())
+    data.pop("mode", None)
+    if mode:
+        data["mode"] = mode
+    sc = parse_scenario(data)
+    rec = json.loads(json.dumps(scenario_record(sc)))
+    again = parse_scenario({**rec.pop("config"), **rec})
+    assert again.extras == sc.extras and again.cfg == sc.cfg
+
+
 def test_a_flow_named_like_a_collective_flow_is_refused() -> None:
     data = {"fabric": FABRIC, "duration_s": 5,
             "flows": [{"name": "ar-h1-h3", "src": "h1", "dst": "h3", "count": 1}],

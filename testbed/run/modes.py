@@ -21,6 +21,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from traffic.wire import LOCAL_ACK_TIMEOUT, RETRY_COUNT
+
 #: The modes a scenario can run in.
 MODES = ("roce-lossless", "roce-lossy", "tcp")
 #: Modes with a name but not built: why, for the refusal.
@@ -28,7 +30,8 @@ NOT_BUILT = {
     "ib-credit": "InfiniBand-style credit flow control is not built yet",
 }
 #: What a RoCE QP has and a TCP connection has not: refused in mode tcp.
-ROCE_ONLY_ENDPOINT = ("local_ack_timeout", "retry_count", "dcqcn_profile")
+ROCE_ONLY_ENDPOINT = {"local_ack_timeout": LOCAL_ACK_TIMEOUT, "retry_count": RETRY_COUNT,
+                      "dcqcn_profile": None}  # each with the value it has when left out
 ROCE_ONLY_FLOW = ("udp_sport", "ack_tc")
 
 
@@ -36,6 +39,10 @@ def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The scenario's data with its mode's settings filled in, and what contradicts it."""
     mode = data.get("mode")
     if mode is None:
+        ep = data.get("endpoints")
+        if isinstance(ep, dict) and ep.get("transport") == "tcp":
+            return data, ["endpoints.transport: tcp is what mode tcp sets, with what it "
+                          "implies (no PFC, no DCQCN): write mode: tcp instead"]
         return data, []
     if mode in NOT_BUILT:
         return data, [f"mode: {mode}: {NOT_BUILT[mode]}; use {' or '.join(MODES)}"]
@@ -47,8 +54,10 @@ def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         return data, []  # not a mapping: the config's own validation says so
     endpoints = out.get("endpoints") if isinstance(out.get("endpoints"), dict) else {}
     problems = []
-    if "transport" in endpoints:
-        problems.append("endpoints.transport: the mode sets it (mode: tcp); leave it out")
+    if endpoints.get("transport", "tcp" if mode == "tcp" else "roce") != (
+            "tcp" if mode == "tcp" else "roce"):
+        problems.append(f"endpoints.transport: {endpoints['transport']}, against mode {mode}; "
+                        "the mode sets it: leave it out")
     if mode == "roce-lossless":
         if qos.get("pfc_enable") == []:
             problems.append("qos.pfc_enable: [] turns PFC off, against mode roce-lossless; "
@@ -79,11 +88,12 @@ def _tcp_problems(data: dict[str, Any], endpoints: dict[str, Any]) -> list[str]:
         problems.append("endpoints.dcqcn: true, against mode tcp (TCP's own congestion "
                         "control: endpoints.tcp_congestion); leave it out")
     problems += [f"endpoints.{k}: a RoCE QP's setting; TCP has its own in mode tcp: leave it "
-                 "out" for k in ROCE_ONLY_ENDPOINT if k in endpoints]
+                 "out" for k, default in ROCE_ONLY_ENDPOINT.items()
+                 if endpoints.get(k, default) != default]
     flows = data.get("flows") if isinstance(data.get("flows"), list) else []
     problems += [f"flows.{i}.{k}: a RoCE QP's setting, none in mode tcp: leave it out"
                  for i, f in enumerate(flows) if isinstance(f, dict)
-                 for k in ROCE_ONLY_FLOW if k in f]
+                 for k in ROCE_ONLY_FLOW if f.get(k) is not None]
     faults = data.get("faults") if isinstance(data.get("faults"), list) else []
     problems += [f"faults.{i}.mode: {f['mode']} is a RoCE NIC's fault, none in mode tcp"
                  for i, f in enumerate(faults) if isinstance(f, dict)

@@ -152,7 +152,8 @@ class EndpointOptions(BaseModel):
 
     @model_validator(mode="after")
     def _tcp_settings_need_tcp(self) -> EndpointOptions:
-        stray = sorted({"tcp_congestion", "tcp_ecn"} & self.model_fields_set)
+        fields = type(self).model_fields
+        stray = [k for k in ("tcp_congestion", "tcp_ecn") if getattr(self, k) != fields[k].default]
         if stray and self.transport != "tcp":
             raise ValueError(f"{stray[0]} sets TCP's behaviour: only in mode tcp")
         return self
@@ -297,7 +298,8 @@ def _with_collectives(cfg: FabricConfig, extras: ScenarioExtras,
         if c.start_s >= extras.duration_s:
             problems.append(f"collectives.{i}.start_s: {c.start_s} is past the end "
                             f"(duration_s {extras.duration_s})")
-        added += flows_of(c, ranks)
+        # a results folder's scenario.json holds them already: parsing it again adds nothing
+        added += [f for f in flows_of(c, ranks) if f not in extras.flows]
     names = [f.name for f in [*extras.flows, *added]]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:

@@ -161,9 +161,13 @@ def _write_scenario(sc: Scenario, run_dir: Path) -> None:
     """scenario.json: the resolved config (an `auto` rate as the number chosen) and the rest,
     in a results folder made safely (testbed.machine.owner.make_results_dir)."""
     make_results_dir(run_dir)
-    (run_dir / SCENARIO_FILE).write_text(json.dumps(
-        {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")},
-        indent=2))
+    (run_dir / SCENARIO_FILE).write_text(json.dumps(scenario_record(sc), indent=2))
+
+
+def scenario_record(sc: Scenario) -> dict:
+    """scenario.json's contents: the config under ``config``, the rest beside it. Parsed again
+    (``{**config, **rest}``, as the labs' checks do), it is the same scenario."""
+    return {"config": sc.cfg.model_dump(mode="json"), **sc.extras.model_dump(mode="json")}
 
 
 def budget_verdict(sc: Scenario) -> Verdict:
