@@ -11,6 +11,7 @@ const bit<16> ETHERTYPE_IPV4        = 0x0800;
 const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;   /* IEEE 802.3 MAC control: PAUSE and PFC */
 const bit<16> MAC_CONTROL_PFC       = 0x0101;   /* IEEE 802.1Qbb priority-based flow control */
 const bit<8>  IP_PROTO_UDP          = 17;
+const bit<8>  IP_PROTO_TCP          = 6;
 const bit<16> UDP_PORT_ROCEV2       = 4791;
 const bit<16> ETHERTYPE_TICK        = 0x88B6;   /* IEEE local experimental: the agent's tick */
 const bit<48> PFC_DST_MAC           = 0x0180C2000001;
@@ -86,6 +87,13 @@ header udp_h {
     bit<16> checksum;
 }
 
+/* The first word of a TCP header: its ports, all ECMP's hash reads of it (the rest of the
+ * header passes through as payload). Switches hash TCP's 5-tuple as they hash UDP's. */
+header tcp_ports_h {
+    bit<16> src_port;
+    bit<16> dst_port;
+}
+
 /* InfiniBand Base Transport Header, as carried by RoCEv2. */
 header bth_h {
     bit<8>  opcode;
@@ -119,6 +127,7 @@ struct headers_t {
     tick_h     tick;
     ipv4_h     ipv4;
     udp_h      udp;
+    tcp_ports_h tcp;
     bth_h      bth;
 }
 

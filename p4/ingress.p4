@@ -121,6 +121,9 @@ control RoceIngress(inout headers_t hdr,
             if (hdr.udp.isValid()) {
                 meta.l4_src_port = hdr.udp.src_port;
                 meta.l4_dst_port = hdr.udp.dst_port;
+            } else if (hdr.tcp.isValid()) {
+                meta.l4_src_port = hdr.tcp.src_port;
+                meta.l4_dst_port = hdr.tcp.dst_port;
             } else {
                 meta.l4_src_port = 0;
                 meta.l4_dst_port = 0;

@@ -31,8 +31,14 @@ parser RoceParser(packet_in pkt,
         /* Options and fragments are forwarded but not looked into. */
         transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (5, 0, IP_PROTO_UDP): parse_udp;
+            (5, 0, IP_PROTO_TCP): parse_tcp;
             default:              accept;
         }
+    }
+
+    state parse_tcp {
+        pkt.extract(hdr.tcp);
+        transition accept;
     }
 
     state parse_udp {
@@ -79,6 +85,7 @@ control RoceDeparser(packet_out pkt, in headers_t hdr) {
         pkt.emit(hdr.tick);
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.udp);
+        pkt.emit(hdr.tcp);
         pkt.emit(hdr.bth);
     }
 }

@@ -194,19 +194,24 @@ class Fabric:
 
     # -- tear-down ----------------------------------------------------------------------
     def stop(self) -> None:
-        self.endpoint_pool.stop()  # reads the host loss first
-        self.run.read_hidden_loss(self)
-        had_agents = self.agent_pool.running
-        self.agent_pool.stop()
-        self.run.stop_cpu_sampler()
-        if had_agents:
-            self.run.write_telemetry_summary(self.host_loss,
-                                             self.endpoint_pool.host_loss_unknown)
-        for s in self.sessions.values():
-            s.close()
-        self.sessions = {}
-        self.network.stop()
-        self.run.close()  # after Mininet: sweep whatever it left behind
+        """Stop every part, then remove what the run recorded: that last step runs whatever
+        an earlier one raised (a Ctrl-C in the middle of a sweep left a run's record and
+        runtime files behind)."""
+        try:
+            self.endpoint_pool.stop()  # reads the host loss first
+            self.run.read_hidden_loss(self)
+            had_agents = self.agent_pool.running
+            self.agent_pool.stop()
+            self.run.stop_cpu_sampler()
+            if had_agents:
+                self.run.write_telemetry_summary(self.host_loss,
+                                                 self.endpoint_pool.host_loss_unknown)
+            for s in self.sessions.values():
+                s.close()
+            self.sessions = {}
+            self.network.stop()
+        finally:
+            self.run.close()  # after Mininet: sweep whatever it left behind
 
     def __enter__(self) -> Fabric:
         return self.start()

@@ -23,7 +23,7 @@ from p4runtime_sh.context import P4Type
 from ptf.base_tests import BaseTest
 from ptf.mask import Mask
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from testbed.config.constants import AGENT_PORT
@@ -251,6 +251,27 @@ class EcmpMemberChoice(RoceSwitchTest):
             assert self._choices() != first
         finally:
             self.set_hash(HASH_FIELDS)
+        tu.verify_no_other_packets(self)
+
+
+class EcmpHashesTcpPorts(RoceSwitchTest):
+    """TCP connections between one host pair, differing only in their source port, spread over
+    the members as UDP flows do (mode tcp's connections would otherwise share one path), and
+    leave with their TCP header as it came (sequence numbers, flags, checksum untouched)."""
+
+    def runTest(self) -> None:
+        choices = {}
+        for sport in range(40000, 40032):
+            pkt = (Ether(dst=SW_MAC[2], src=SRC_MAC) /
+                   IP(src="10.0.9.9", dst=REMOTE_NET_HOST, tos=(26 << 2) | 2, id=1) /
+                   TCP(sport=sport, dport=18515, seq=12345, flags="PA") / (b"\xab" * 100))
+            tu.send_packet(self, 1, pkt)
+            masked = Mask(routed(pkt, ECMP_PORTS[0]))
+            masked.set_do_not_care_scapy(Ether, "src")
+            masked.set_do_not_care_scapy(Ether, "dst")
+            idx, _ = tu.verify_packet_any_port(self, masked, list(ECMP_PORTS))
+            choices[sport] = ECMP_PORTS[idx]
+        assert set(choices.values()) == set(ECMP_PORTS), choices
         tu.verify_no_other_packets(self)
 
 
