@@ -42,7 +42,8 @@ P4_TO_PYTHON = {
 }
 #: Constants only the P4 program uses (its own metadata codes and BMv2's instance types).
 P4_ONLY = {"PKT_INSTANCE_TYPE_INGRESS_CLONE", "PKT_INSTANCE_TYPE_REPLICATION", "FL_PFC",
-           "LOSSLESS_NONE", "LOSSLESS_PFC", "LOSSLESS_TICK", "LOSSLESS_DATA"}
+           "LOSSLESS_NONE", "LOSSLESS_PFC", "LOSSLESS_TICK", "LOSSLESS_DATA",
+           "IP_PROTO_TCP"}  # the hash reads TCP ports; Python sends TCP through sockets
 
 
 def p4_constants() -> dict[str, tuple[int | None, int]]:
