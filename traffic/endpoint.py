@@ -64,6 +64,7 @@ from traffic.packets import (
     parse_pfc,
     parse_roce,
 )
+from traffic.tcp_endpoint import TcpEndpoint
 from traffic.wire import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS, ROCEV2_UDP_PORT
 
 __all__ = ["CNP_TC", "MESSAGE_COLUMNS", "PFC_QUANTUM_BITS", "QP_COLUMNS", "STATS_COLUMNS",
@@ -440,10 +441,8 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
 def main(argv: list[str] | None = None) -> None:
     a = build_parser().parse_args(argv)
     logging.basicConfig(level=a.log, format="%(asctime)s %(name)s %(message)s")
-    if a.transport == "tcp":  # the same flows over kernel TCP (mode tcp)
-        from traffic.tcp_endpoint import serve
-        return serve(config_from_args(a))
-    ep = Endpoint(config_from_args(a))
+    cfg = config_from_args(a)  # mode tcp: the same flows over kernel TCP
+    ep = TcpEndpoint(cfg) if cfg.transport == "tcp" else Endpoint(cfg)
     signal.signal(signal.SIGTERM, lambda *_: setattr(ep, "_running", False))
     log.info("endpoint on %s (%s), control %s", a.intf, a.ip, a.control)
     try:

@@ -1,11 +1,12 @@
 """The TCP endpoint: the same flows and collectives over the hosts' kernel TCP (mode ``tcp``).
 
 A scenario in mode ``tcp`` starts this endpoint in place of the RoCE one (``python -m
-traffic.endpoint --transport tcp``). It answers the same control commands and writes the same
-files, so the runner, the summary and the headline read a TCP run as they read a RoCE one; what
-differs is below them: each "QP" is a TCP connection, and the kernel's TCP (its congestion
-control, RFC 3168 ECN, its own timers and retransmissions) carries it through the same BMv2
-fabric and queues, in the class the flow names (its DSCP in the IP header: ``IP_TOS``).
+traffic.endpoint --transport tcp``, whose ``main`` starts, runs and stops either). It answers
+the same control commands and writes the same files, so the runner, the summary and the
+headline read a TCP run as they read a RoCE one; what differs is below them: each "QP" is a
+TCP connection, and the kernel's TCP (its congestion control, RFC 3168 ECN, its own timers and
+retransmissions) carries it through the same BMv2 fabric and queues, in the class the flow
+names (its DSCP in the IP header: ``IP_TOS``).
 
 * A requester connects to the peer's port :data:`TCP_PORT` and first writes the responder's
   QP number (4 bytes), so that the listener knows which flow it serves; then each message as a
@@ -25,14 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import select
 import socket
 import struct
 import time
 from collections import deque
-from dataclasses import asdict
 
 from traffic.endpoint_config import EndpointConfig
 from traffic.endpoint_control import ControlServer
@@ -352,20 +351,3 @@ class TcpEndpoint(QpTable, Telemetry, ControlServer):
                 s.close()
         self._close_control()
         self._close_telemetry()
-
-
-def serve(cfg: EndpointConfig) -> None:
-    """Run a TCP endpoint until it is told to stop (``python -m traffic.endpoint --transport
-    tcp`` comes here)."""
-    import signal
-
-    ep = TcpEndpoint(cfg)
-    signal.signal(signal.SIGTERM, lambda *_: setattr(ep, "_running", False))
-    log.info("TCP endpoint on %s (%s), control %s", cfg.intf, cfg.ip, cfg.control_socket)
-    try:
-        ep.run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        ep.close()
-        log.info("stopped: %s", json.dumps(asdict(ep.stats)))
