@@ -136,10 +136,6 @@ class FlowRunner:
                 post["after"] = [self.assignments[g][a.index].responder_qpn for g in f.after]
             src.call(**post)
 
-    def start_flow(self, f: FlowSpec) -> None:
-        self.connect(f)
-        self.post(f)
-
     def run(self, t0: float) -> None:
         """Each instant's flows: all connected, then all posted (a chain's gates exist before
         it waits on them)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from testbed.analysis.fidelity import Figures, longest_run
 from testbed.results.telemetry import (
+    CpuRow,
     EventRow,
     QueueId,
     TelemetryRow,
@@ -212,18 +213,18 @@ def _telemetry_whole(series: dict[QueueId, list[TelemetryRow]], switches: list[s
     return False
 
 
-def _cpu_saturated(run_dir: Path, cpu_busy_pct: float, why: dict[str, str]) -> float | None:
+def _cpu_saturated(rows: list[CpuRow] | None, cpu_busy_pct: float,
+                   why: dict[str, str]) -> float | None:
     """The longest stretch with every core busy, None (and why) with no CPU samples."""
-    rows = run_cpu(run_dir)
     if not rows:
         why.setdefault("cpu_saturated", "no CPU samples (telemetry/cpu.csv is missing or empty)")
         return None
     return longest_run([(r.t_s, r.busy_pct) for r in rows], cpu_busy_pct)
 
 
-def _steal(run_dir: Path) -> tuple[float | None, float | None]:
+def _steal(rows: list[CpuRow] | None) -> tuple[float | None, float | None]:
     """The steal share over the run and its largest sample (None: not recorded)."""
-    steal = [r.steal_pct for r in run_cpu(run_dir) or ()]
+    steal = [r.steal_pct for r in rows or ()]
     if not steal or None in steal:
         return None, None
     return sum(steal) / len(steal), max(steal)
@@ -246,7 +247,8 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
     A figure is zero when there was nothing to measure (no lossless packet passed, no pause
     was applied) and None, with its reason, when there was and it was not measured."""
     why = dict(unmeasured or {})
-    steal = _steal(run_dir)
+    cpu = run_cpu(run_dir)  # read once: the saturation and the steal both come from it
+    steal = _steal(cpu)
     series = load_telemetry(run_dir)
     events = run_events(run_dir)
     ok_series = _telemetry_whole(series, switches, why)
@@ -299,7 +301,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
         agent_reaction_us=(max((int(e.reaction_us) for e in applied
                                 if e.reaction_us is not None), default=0)
                            if ok_series and not blind else None),
-        cpu_saturated_s=_cpu_saturated(run_dir, cpu_busy_pct, why),
+        cpu_saturated_s=_cpu_saturated(cpu, cpu_busy_pct, why),
         steal_pct=steal[0], steal_peak_pct=steal[1],
         watchdog_drops=wd if ok_series else None,
         unmeasured=why)

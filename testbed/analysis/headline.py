@@ -32,7 +32,7 @@ from testbed.results.endpoints import MessageRow, QpRow, read_messages, read_qp_
 from testbed.results.files import P4_COUNTERS_FILE, SCENARIO_FILE, TOPOLOGY_FILE
 from testbed.results.telemetry import QueueId, TelemetryRow, last_p4_counters, run_telemetry
 from traffic.collectives import CollectiveSpec, flows_of
-from traffic.flows import FlowSpec, assign_qps
+from traffic.flows import FlowSpec, QpAssignment, assign_qps
 from traffic.wire import NUM_TCS
 
 #: A flow whose name starts with this is a victim (see the module's docstring).
@@ -219,7 +219,7 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
                                                          if q[2] in pfc_enable),
                          "ecn_marked": sum(v for (_s, c, _i), v in counters.items()
                                            if c == ECN_COUNTER)})
-    coll = (_collectives(scenario, topology, specs, messages, series, flows)
+    coll = (_collectives(scenario, topology, specs, assigned, messages, series, flows)
             if scenario.get("collectives") else {})
     effs = [c["efficiency"] for c in coll.values()]
     ops = [c["time_per_op_s"] for c in coll.values()]
@@ -232,10 +232,10 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
 
 
 def _collectives(scenario: dict, topology: dict, specs: list[FlowSpec],
+                 assigned: dict[str, list[QpAssignment]],
                  messages: dict[str, list[MessageRow]], series: dict[str, list[QpRow]],
                  flows: dict[str, dict]) -> dict[str, dict]:
     """Each collective's figures (testbed.analysis.collectives), from its flows' messages."""
-    assigned = assign_qps(specs)
     by_name = {s.name: s for s in specs}
     rate = {h["name"]: float(h["rate_mbps"]) for h in topology["hosts"]}
     paused = {h: max((r.paused_s for r in rows), default=0.0) for h, rows in series.items()}
