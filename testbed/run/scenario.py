@@ -275,7 +275,6 @@ def _with_collectives(cfg: FabricConfig, extras: ScenarioExtras,
     a size that does not split, a class no DSCP reaches, a name a flow already has)."""
     problems: list[str] = []
     hosts = {h.name for h in topo.hosts}
-    dscps = cfg.qos.tc_to_dscp()
     added: list[FlowSpec] = []
     resolved: list[CollectiveSpec] = []
     for i, c in enumerate(extras.collectives):
@@ -291,13 +290,9 @@ def _with_collectives(cfg: FabricConfig, extras: ScenarioExtras,
                             f"{len(ranks)} ranks x {c.channels} channels; use a multiple of "
                             f"{unit}, e.g. {max(1, round(c.size_bytes / unit)) * unit}")
             continue
-        if c.tc not in dscps:
-            problems.append(f"collectives.{i}.tc: no DSCP reaches class {c.tc}; use one of "
-                            f"{', '.join(map(str, sorted(dscps)))} or map one in "
-                            "qos.dscp_to_tc_map")
-        if c.start_s >= extras.duration_s:
-            problems.append(f"collectives.{i}.start_s: {c.start_s} is past the end "
-                            f"(duration_s {extras.duration_s})")
+        problems += [m for m in (_class_problem(cfg, f"collectives.{i}.tc", c.tc),
+                                 _past_end(f"collectives.{i}.start_s", c.start_s, extras))
+                     if m]
         # a results folder's scenario.json holds them already: parsing it again adds nothing
         added += [f for f in flows_of(c, ranks) if f not in extras.flows]
     names = [f.name for f in [*extras.flows, *added]]
@@ -339,34 +334,44 @@ def _flow_problems(cfg: FabricConfig, extras: ScenarioExtras, topo: Topology) ->
     DSCP instead."""
     problems = []
     hosts = {h.name for h in topo.hosts}
-    dscps = cfg.qos.tc_to_dscp()
-    mapped = cfg.qos.dscp_to_tc_map
+    by_name = {g.name: g for g in extras.flows}
     for i, f in enumerate(extras.flows):
         for role in ("src", "dst"):
             h = getattr(f, role)
             if h not in hosts:
                 problems.append(f"flows.{i}.{role}: unknown host {h!r}; hosts are "
                                 f"{', '.join(sorted(hosts, key=lambda x: int(x[1:])))}")
-        if f.start_s >= extras.duration_s:
-            problems.append(f"flows.{i}.start_s: {f.start_s} is past the end "
-                            f"(duration_s {extras.duration_s})")
-        by_name = {g.name: g for g in extras.flows}
         for g in f.after:
             w = by_name.get(g)
             if w is None or w.dst != f.src or w.qps != f.qps or w.start_s != f.start_s:
                 problems.append(f"flows.{i}.after: {g!r} must be a flow into {f.src} with "
                                 f"{f.qps} QPs starting with it (start_s {f.start_s})")
-        for field_, tc in (("tc", f.tc), ("ack_tc", f.ack_tc)):
-            if tc is None or tc in dscps:
-                continue
-            free = tc << 3 if tc << 3 not in mapped else min(set(range(64)) - set(mapped),
-                                                             default=tc << 3)
-            problems.append(
-                f"flows.{i}.{field_}: no DSCP reaches class {tc} (qos.dscp_to_tc_map {mapped}, "
-                f"default_tc {cfg.qos.default_tc}), so the hosts cannot send in it: map one, "
-                f"e.g. qos.dscp_to_tc_map: {{{free}: {tc}}}, or use a class that has one "
-                f"({', '.join(map(str, sorted(dscps)))})")
+        problems += [m for m in (_past_end(f"flows.{i}.start_s", f.start_s, extras),
+                                 _class_problem(cfg, f"flows.{i}.tc", f.tc),
+                                 _class_problem(cfg, f"flows.{i}.ack_tc", f.ack_tc)) if m]
     return problems
+
+
+def _past_end(field_: str, start_s: float, extras: ScenarioExtras) -> str | None:
+    """A start at or after the run's end, in one line (None: inside the run)."""
+    if start_s < extras.duration_s:
+        return None
+    return f"{field_}: {start_s} is past the end (duration_s {extras.duration_s})"
+
+
+def _class_problem(cfg: FabricConfig, field_: str, tc: int | None) -> str | None:
+    """A class no DSCP reaches, with a mapping that would reach it (None: the hosts can send
+    in it, or no class was given)."""
+    dscps = cfg.qos.tc_to_dscp()
+    if tc is None or tc in dscps:
+        return None
+    mapped = cfg.qos.dscp_to_tc_map
+    free = tc << 3 if tc << 3 not in mapped else min(set(range(64)) - set(mapped),
+                                                     default=tc << 3)
+    return (f"{field_}: no DSCP reaches class {tc} (qos.dscp_to_tc_map {mapped}, "
+            f"default_tc {cfg.qos.default_tc}), so the hosts cannot send in it: map one, "
+            f"e.g. qos.dscp_to_tc_map: {{{free}: {tc}}}, or use a class that has one "
+            f"({', '.join(map(str, sorted(dscps)))})")
 
 
 def _fault_problems(extras: ScenarioExtras, topo: Topology) -> list[str]:
