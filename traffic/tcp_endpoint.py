@@ -301,8 +301,8 @@ class TcpEndpoint(QpTable, Telemetry, ControlServer):
                 req.post(st.post_kind, st.post_size, now)
             if req.unacked or req.pending or st.post_until > now:
                 busy = True
-            req.poll(now)  # type: ignore[union-attr]
-            self._log_completions(st)
+                req.poll(now)  # type: ignore[union-attr]  # an idle sender's counters stand
+                self._log_completions(st)
         return now + ACK_POLL_S if busy else now + 0.05
 
     def _housekeeping_by(self, when: float) -> None:

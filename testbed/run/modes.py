@@ -54,8 +54,8 @@ def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         return data, []  # not a mapping: the config's own validation says so
     endpoints = out.get("endpoints") if isinstance(out.get("endpoints"), dict) else {}
     problems = []
-    if endpoints.get("transport", "tcp" if mode == "tcp" else "roce") != (
-            "tcp" if mode == "tcp" else "roce"):
+    transport = "tcp" if mode == "tcp" else "roce"
+    if endpoints.get("transport", transport) != transport:
         problems.append(f"endpoints.transport: {endpoints['transport']}, against mode {mode}; "
                         "the mode sets it: leave it out")
     if mode == "roce-lossless":
