@@ -5,6 +5,9 @@ headline.
 * ``allreduce`` (roce-lossless: PFC + ECN + DCQCN): every operation completes, each rank moves
   exactly what the ring algorithm must (2(n-1)/n x S an operation), nothing is lost or resent,
   each step waited for the previous step's message to arrive, busbw = algbw x 2(n-1)/n;
+* ``all_gather``, ``reduce_scatter`` and ``all_to_all`` one after the other in one run (lossless):
+  each completes every operation and each flow moves exactly what its algorithm must (n-1 ring
+  steps of S/n; all_to_all S/n to each peer), nothing lost or resent, busbw = algbw x (n-1)/n;
 * ``allreduce`` in mode ``tcp``: the same ring over the hosts' kernel TCP: every operation
   completes, each rank moves what the ring must, the wire (tshark, at h1) carries TCP segments
   in the flows' class and no RoCE, and no PFC frame is sent;
@@ -29,6 +32,7 @@ from testbed.results.endpoints import read_messages
 from testbed.run.scenario import parse_scenario
 from testbed.run.scenario_run import run_scenario
 from tests.test_capture import need_tshark, tshark
+from traffic.collectives import steps
 from traffic.flows import assign_qps
 
 pytestmark = pytest.mark.bmv2
@@ -71,6 +75,27 @@ def test_a_lossless_all_reduce_moves_what_the_ring_must_and_loses_nothing(tmp_pa
         assert len(posted[name]) == 2 * (n - 1) * coll.iterations
         for i in range(2, len(posted[name]) + 1):
             assert posted[name][i] >= posted[f.after[0]][i - 1] + wire_s, (name, i)
+
+
+def test_all_gather_reduce_scatter_and_all_to_all_move_what_each_must(tmp_path: Path) -> None:
+    ops = [("ag", "all_gather", 0.5), ("rs", "reduce_scatter", 1.9), ("a2a", "all_to_all", 3.3)]
+    sc, summary, _ = run("allreduce", tmp_path, collectives=[
+        {"name": name, "op": op, "size_bytes": 524288, "iterations": 3, "channels": 4,
+         "start_s": start} for name, op, start in ops])
+    head = summary["headline"]
+    assert head["lossless_drops"] == 0 and head["drops"] == 0
+    assert head["retransmitted"] == 0 and head["naks"] == 0
+    for coll in sc.extras.collectives:
+        figs = head["collectives"][coll.name]
+        n = len(figs["ranks"])
+        assert n == 4 and figs["ops_completed"] == coll.iterations, (coll.name, figs)
+        mine = [f for f in sc.extras.flows if f.name.startswith(f"{coll.name}-")]
+        assert len(mine) == (n * (n - 1) if coll.op == "all_to_all" else n)
+        for f in mine:  # a ring op's hop: n-1 steps of S/n; all_to_all: S/n to each peer
+            assert summary["flows"][f.name]["bytes_received"] == \
+                coll.size_bytes // n * steps(coll.op, n) * coll.iterations, f.name
+        assert figs["busbw_mbps"] == pytest.approx(figs["algbw_mbps"] * (n - 1) / n, abs=1e-3)
+        assert 0 < figs["efficiency"] <= 1
 
 
 def test_the_same_all_reduce_over_kernel_tcp(tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def test_blame_names_the_key() -> None:
 ])
 def test_every_point_is_validated_before_anything_runs(sets: list[str], says: str) -> None:
     with pytest.raises(SweepError) as info:
-        plan_sweep(INCAST, sets, 1)
+        plan_sweep([INCAST], sets, 1)
     assert str(info.value).startswith(says), str(info.value)
     assert "\n" not in str(info.value)
 
@@ -162,7 +162,7 @@ def _fake_run(interrupt_at: int):
 
 
 def test_sweep_writes_a_table_row_per_point_with_repeats(tmp_path: Path) -> None:
-    plan = plan_sweep(INCAST, ["flows.0.qps=1,2"], repeat=2)
+    plan = plan_sweep([INCAST], ["flows.0.qps=1,2"], repeat=2)
     records = run_sweep(plan, tmp_path, _fake_run(0), progress=lambda _m: None)
     assert len(records) == 4
     with open(tmp_path / "table.csv") as fh:
@@ -178,7 +178,7 @@ def test_sweep_writes_a_table_row_per_point_with_repeats(tmp_path: Path) -> None
 
 
 def test_interrupted_sweep_keeps_the_finished_runs_and_their_table(tmp_path: Path) -> None:
-    plan = plan_sweep(INCAST, ["flows.0.qps=1,2,3"], repeat=1)
+    plan = plan_sweep([INCAST], ["flows.0.qps=1,2,3"], repeat=1)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(plan, tmp_path, _fake_run(3), progress=lambda _m: None)
     with open(tmp_path / "table.csv") as fh:
@@ -191,10 +191,49 @@ def test_interrupted_sweep_keeps_the_finished_runs_and_their_table(tmp_path: Pat
 
 def test_repeat_and_out_folder_are_checked(tmp_path: Path) -> None:
     with pytest.raises(SweepError, match="--repeat 0"):
-        plan_sweep(INCAST, ["flows.0.qps=1"], 0)
+        plan_sweep([INCAST], ["flows.0.qps=1"], 0)
     with pytest.raises(SweepError, match="at least one --set"):
-        plan_sweep(INCAST, [], 1)
+        plan_sweep([INCAST], [], 1)
     (tmp_path / "old.txt").write_text("a previous sweep")
     r = CliRunner().invoke(app, ["sweep", str(INCAST), "--set", "flows.0.qps=1,2",
                                  "--out", str(tmp_path)])
     assert r.exit_code == 2 and "already exists and is not an empty folder" in r.output
+
+
+ALLREDUCE = REPO / "scenarios" / "allreduce.yaml"
+ALLREDUCE_INCAST = REPO / "scenarios" / "allreduce-incast.yaml"
+
+
+def test_several_scenarios_are_one_more_axis_in_one_table(tmp_path: Path) -> None:
+    """README's modes table from one command: every mode with and without the incast."""
+    plan = plan_sweep([ALLREDUCE, ALLREDUCE_INCAST], ["mode=roce-lossless,tcp"], repeat=1)
+    assert plan.keys == ["scenario", "mode"]
+    assert [(p["scenario"], p["mode"]) for p in plan.points] == [
+        ("allreduce", "roce-lossless"), ("allreduce", "tcp"),
+        ("allreduce-incast", "roce-lossless"), ("allreduce-incast", "tcp")]
+    assert [(sc.cfg.name, sc.extras.mode, len(sc.extras.flows)) for sc in plan.scenarios] == [
+        ("allreduce", "roce-lossless", 4), ("allreduce", "tcp", 4),
+        ("allreduce-incast", "roce-lossless", 7), ("allreduce-incast", "tcp", 7)]
+    run_sweep(plan, tmp_path, _fake_run(0), progress=lambda _m: None)
+    with open(tmp_path / "table.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["scenario"], r["mode"]) for r in rows] == [
+        (p["scenario"], p["mode"]) for p in plan.points]
+    assert "| scenario | mode |" in (tmp_path / "table.md").read_text()
+    # several files need no --set: the files are the sweep
+    assert [p["scenario"] for p in plan_sweep([ALLREDUCE, ALLREDUCE_INCAST], [], 1).points] \
+        == ["allreduce", "allreduce-incast"]
+
+
+def test_several_scenarios_name_the_file_a_bad_point_is_about(tmp_path: Path) -> None:
+    with pytest.raises(SweepError) as info:  # allreduce has no flows.0 of its own
+        plan_sweep([ALLREDUCE_INCAST, ALLREDUCE], ["flows.0.qps=2"], 1)
+    assert str(info.value).startswith(f"{ALLREDUCE}: --set flows.0.qps=2: flows")
+    with pytest.raises(SweepError, match="both named 'allreduce'"):
+        plan_sweep([ALLREDUCE, ALLREDUCE], [], 1)
+    with pytest.raises(SweepError, match="--set scenario: the scenario axis is the files"):
+        plan_sweep([ALLREDUCE, ALLREDUCE_INCAST], ["scenario=a,b"], 1)
+    r = CliRunner().invoke(app, ["sweep", str(ALLREDUCE), str(tmp_path / "none.yaml"),
+                                 "--out", str(tmp_path / "s")])
+    assert r.exit_code == 2 and "none.yaml" in r.output and "no such file" in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "s").exists()

@@ -247,22 +247,24 @@ def run(
 
 @app.command()
 def sweep(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (see scenarios/).")],
-    set_: Annotated[list[str], typer.Option(
+    scenario: Annotated[list[Path], typer.Argument(
+        help="Scenario YAML file(s) (see scenarios/); several are one more axis, 'scenario'.")],
+    set_: Annotated[list[str] | None, typer.Option(
         "--set", help="KEY=V1,V2,...: a dotted path into the scenario and the values to run "
                       "(YAML), e.g. qos.pfc_enable=[3],[] ; repeatable: every combination runs."
-    )],
+    )] = None,
     repeat: Annotated[int, typer.Option(help="Runs of each point.")] = 1,
     out: Annotated[Path | None, typer.Option(
         help="The sweep's folder (default: results/sweep-<name>-<time>).")] = None,
     results: Annotated[Path, typer.Option(help="Where the default folder is made.")] = Path(
         "results"),
 ) -> None:
-    """Run a scenario over a grid of settings; write every run and a table of their figures."""
+    """Run a scenario (or several) over a grid of settings; write every run and a table of
+    their figures."""
     from testbed.cli.experiments import ExperimentError, sweep_main
 
     try:
-        code = sweep_main(scenario, set_, repeat, out, results, _progress, console)
+        code = sweep_main(scenario, set_ or [], repeat, out, results, _progress, console)
     except ExperimentError as exc:
         _fail(str(exc), exc.code)
     raise typer.Exit(code)

@@ -35,7 +35,7 @@ def _figures_table(title: str, labels: list[str], columns: list[list[str]]):
     return t
 
 
-def sweep_main(scenario: Path, sets: list[str], repeat: int, out: Path | None,
+def sweep_main(scenarios: list[Path], sets: list[str], repeat: int, out: Path | None,
                results: Path, progress: Callable[[str], None], console) -> int:
     """Validate every point, run them, write the folder; the exit status (130 on Ctrl-C)."""
     from testbed.config.models import ConfigError
@@ -43,7 +43,7 @@ def sweep_main(scenario: Path, sets: list[str], repeat: int, out: Path | None,
     from testbed.run.sweep_run import check_out, default_out, plan_sweep, run_sweep
 
     try:
-        plan = plan_sweep(scenario, sets, repeat)
+        plan = plan_sweep(scenarios, sets, repeat)
         folder = out or default_out(results, plan.scenarios[0].cfg.name)
         check_out(folder)
     except SweepError as exc:

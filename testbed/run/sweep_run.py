@@ -1,5 +1,5 @@
-"""``testbed sweep``: a scenario run at every point of a parameter grid, each point ``repeat``
-times, into one folder:
+"""``testbed sweep``: a scenario (or several, one more axis) run at every point of a parameter
+grid, each point ``repeat`` times, into one folder:
 
     <out>/sweep.json        what was swept, and every run (its point, repeat and folder)
     <out>/runs/pNN-rM/<name>-<time>/   each run's results folder, as `testbed run` writes it
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +51,8 @@ from testbed.run.sweep import (
 from testbed.topology.validate import read_yaml
 
 RUNS_DIR = "runs"
+#: The sweep's axis over several scenario files (no scenario setting has this name).
+SCENARIO_KEY = "scenario"
 
 
 @dataclass
@@ -68,27 +70,46 @@ class Plan:
         return [s.key for s in self.settings]
 
 
-def plan_sweep(scenario_path: Path, set_texts: list[str], repeat: int) -> Plan:
-    """Read the scenario, apply every point and validate it: SweepError (one line, naming the
-    key) on the first point that is wrong; ConfigError when the file itself is."""
+def plan_sweep(scenario_paths: Sequence[Path], set_texts: list[str], repeat: int) -> Plan:
+    """Read the scenarios, apply every point to each and validate it: SweepError (one line,
+    naming the key) on the first point that is wrong; ConfigError when a file itself is.
+
+    Several scenario files are one more axis, ``scenario`` (each file's ``name``), varying
+    slowest: ``allreduce.yaml allreduce-incast.yaml --set mode=...`` is every mode with and
+    without the incast, in one table."""
     if repeat < 1:
         raise SweepError(f"--repeat {repeat}: run each point at least once")
-    if not set_texts:
-        raise SweepError("give at least one --set KEY=V1,V2,...")
-    data = read_yaml(scenario_path, "scenario") or {}
-    if not isinstance(data, dict):
-        raise ConfigError(["the top level must be a mapping"], str(scenario_path))
-    parse_scenario(data, str(scenario_path))  # the file's own mistakes, named as such
+    if not scenario_paths:
+        raise SweepError("give at least one scenario file")
+    if not set_texts and len(scenario_paths) < 2:
+        raise SweepError("give at least one --set KEY=V1,V2,... (or several scenario files)")
+    files: dict[str, tuple[Path, dict]] = {}
+    for path in scenario_paths:
+        data = read_yaml(path, "scenario") or {}
+        if not isinstance(data, dict):
+            raise ConfigError(["the top level must be a mapping"], str(path))
+        name = parse_scenario(data, str(path)).cfg.name  # the file's own mistakes, named so
+        if name in files:
+            raise SweepError(f"{files[name][0]} and {path} are both named {name!r}: give each "
+                             "scenario its own name")
+        files[name] = (path, data)
     settings = parse_settings(set_texts)
-    pts = points(settings)
-    scenarios = []
+    if SCENARIO_KEY in {s.key for s in settings}:
+        raise SweepError(f"--set {SCENARIO_KEY}: the scenario axis is the files given; name "
+                         "several scenario files instead")
+    if len(files) > 1:
+        settings = [Setting(SCENARIO_KEY, list(files)), *settings]
+    pts, scenarios = points(settings), []
     for point in pts:
+        path, data = files[point.get(SCENARIO_KEY, next(iter(files)))]
+        applied = {k: v for k, v in point.items() if k != SCENARIO_KEY}
         try:
-            scenarios.append(parse_scenario(apply_point(data, point),
-                                            f"{scenario_path} with {point_label(point)}"))
+            scenarios.append(parse_scenario(apply_point(data, applied), f"{path} with "
+                                            f"{point_label(applied)}" if applied else str(path)))
         except ConfigError as exc:
-            raise SweepError(blame(point, exc.problems)) from None
-    return Plan(str(scenario_path), settings, pts, scenarios, repeat)
+            where = f"{path}: " if len(files) > 1 else ""
+            raise SweepError(where + blame(applied, exc.problems)) from None
+    return Plan(", ".join(str(p) for p in scenario_paths), settings, pts, scenarios, repeat)
 
 
 def default_out(results_root: Path, name: str) -> Path:
