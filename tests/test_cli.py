@@ -136,6 +136,7 @@ def test_image_build_without_docker_engine_is_a_clear_error() -> None:
 
 
 def test_results_doc_names_every_column() -> None:
+    from testbed.analysis.tester import PORT_COUNTERS, TESTER_COUNTERS
     from testbed.results.telemetry import CPU_COLUMNS, EVENT_COLUMNS, TELEMETRY_COLUMNS
     from traffic.endpoint import MESSAGE_COLUMNS, QP_COLUMNS, STATS_COLUMNS, EndpointStats
 
@@ -143,7 +144,7 @@ def test_results_doc_names_every_column() -> None:
     # the stats command's counters: each documented, and the list is the dataclass's fields
     assert [n for n, _ in STATS_COLUMNS] == list(EndpointStats.__dataclass_fields__)
     for cols in (TELEMETRY_COLUMNS, EVENT_COLUMNS, QP_COLUMNS, MESSAGE_COLUMNS, STATS_COLUMNS,
-                 CPU_COLUMNS):
+                 CPU_COLUMNS, TESTER_COUNTERS, PORT_COUNTERS):
         for name, meaning in cols:
             assert f"| `{name}` | {meaning} |" in doc, name
 

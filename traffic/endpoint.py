@@ -187,6 +187,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         if pfc is not None:
             self.stats.pfc_rx += 1
             for tc, quanta in pfc.items():
+                self.stats.pfc_rx_by_class[tc] += 1
                 self._pause(tc, quanta, now)
             return
         try:

@@ -98,19 +98,28 @@ class PfcPort:
         depth = len(self.rx_queue)
         tc = f.get("tc", 3)
         if depth >= f["xoff_packets"] and not self._xoff_sent:
-            self._send(pfc_frame(self.cfg.mac, {tc: PFC_MAX_QUANTA}))
-            self.stats.pfc_tx += 1
+            self._send_pfc({tc: PFC_MAX_QUANTA})
             self._xoff_sent = True
             self._xoff_at = now
         elif self._xoff_sent and (depth <= f["xon_packets"]):
-            self._send(pfc_frame(self.cfg.mac, {tc: 0}))
-            self.stats.pfc_tx += 1
+            self._send_pfc({tc: 0})
             self._xoff_sent = False
         elif self._xoff_sent and now - self._xoff_at > self._refresh_s(PFC_MAX_QUANTA):
-            self._send(pfc_frame(self.cfg.mac, {tc: PFC_MAX_QUANTA}))  # refresh before expiry
-            self.stats.pfc_tx += 1
+            self._send_pfc({tc: PFC_MAX_QUANTA})  # refresh before expiry
             self._xoff_at = now
         return self._rx_next if self.rx_queue else None
+
+    def _send_pfc(self, quanta: dict[int, int]) -> None:
+        """A PFC frame for these classes (class -> pause quanta, 0 resumes), counted in total
+        and per class (the tester's counters: testbed.analysis.tester) once it is on the wire
+        (a frame the full qdisc refused is a send error, not a PFC frame sent)."""
+        before = self.stats.frames_tx
+        self._send(pfc_frame(self.cfg.mac, quanta))
+        if self.stats.frames_tx == before:
+            return
+        self.stats.pfc_tx += 1
+        for tc in quanta:
+            self.stats.pfc_tx_by_class[tc] += 1
 
     def _refresh_s(self, quanta: int) -> float:
         return quanta * PFC_QUANTUM_BITS / self.cfg.line_rate_bps / 2
@@ -120,8 +129,7 @@ class PfcPort:
         if f["mode"] != "storm":
             return None
         if now >= self._storm_next:
-            self._send(pfc_frame(self.cfg.mac, {f.get("tc", 3): f.get("quanta", PFC_MAX_QUANTA)}))
-            self.stats.pfc_tx += 1
+            self._send_pfc({f.get("tc", 3): f.get("quanta", PFC_MAX_QUANTA)})
             # a broken NIC floods PAUSE: far more often than a pause needs refreshing
             self._storm_next = now + min(self._refresh_s(f.get("quanta", PFC_MAX_QUANTA)),
                                          STORM_INTERVAL_S)
@@ -130,7 +138,7 @@ class PfcPort:
     def set_fault(self, mode: str, **kw) -> dict:
         if mode == "none":
             if self.fault["mode"] == "slow_receiver" and self._xoff_sent:
-                self._send(pfc_frame(self.cfg.mac, {self.fault.get("tc", 3): 0}))
+                self._send_pfc({self.fault.get("tc", 3): 0})
                 self._xoff_sent = False
             self.fault = {"mode": "none"}
         elif mode == "storm":

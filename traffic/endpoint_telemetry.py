@@ -70,6 +70,9 @@ STATS_COLUMNS = [
                     "udp_port (UDP not to 4791), udp_length (disagrees with IPv4's), bth_tver"),
     ("pfc_rx", "PFC frames received"),
     ("pfc_tx", "PFC frames sent (slow-receiver or storm fault)"),
+    ("pfc_rx_by_class", "PFC frames received, per class (a frame counts once in each class it "
+                        "names, pause or resume): the tester's counter beside the switch's"),
+    ("pfc_tx_by_class", "PFC frames sent, per class"),
     ("cnps_sent", "CNPs sent"),
     ("cnps_received", "CNPs received"),
     ("rx_dropped", "data frames a slow receiver dropped because its queue was full"),
@@ -93,6 +96,8 @@ class EndpointStats:
     rx_rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
     pfc_rx: int = 0
     pfc_tx: int = 0
+    pfc_rx_by_class: list[int] = field(default_factory=lambda: [0] * NUM_TCS)
+    pfc_tx_by_class: list[int] = field(default_factory=lambda: [0] * NUM_TCS)
     cnps_sent: int = 0
     cnps_received: int = 0
     rx_dropped: int = 0

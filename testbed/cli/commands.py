@@ -247,8 +247,7 @@ def run(
 
 @app.command()
 def sweep(
-    scenario: Annotated[list[Path], typer.Argument(
-        help="Scenario YAML file(s) (see scenarios/); several are one more axis, 'scenario'.")],
+    scenario: Annotated[list[Path], typer.Argument(help="Scenario YAML file(s): see scenarios/.")],
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="KEY=V1,V2,...: a dotted path into the scenario and the values to run "
                       "(YAML), e.g. qos.pfc_enable=[3],[] ; repeatable: every combination runs."
@@ -259,8 +258,7 @@ def sweep(
     results: Annotated[Path, typer.Option(help="Where the default folder is made.")] = Path(
         "results"),
 ) -> None:
-    """Run a scenario (or several) over a grid of settings; write every run and a table of
-    their figures."""
+    """Run scenarios over a grid of settings; write every run and a table of their figures."""
     from testbed.cli.experiments import ExperimentError, sweep_main
 
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.analysis.fidelity import verdict_problem
+from testbed.analysis.tester import pfc_mismatches, total_counted
 
 
 @dataclass(frozen=True)
@@ -187,3 +188,59 @@ def no_storm_event(summary: Summary) -> Outcome:
     """Watchdog off: no storm is detected (the plan's negative case)."""
     n = len(_events(summary, "storm_detected"))
     return Outcome(n == 0, f"{n} storm_detected events", "0")
+
+
+# -- the tester's counters beside the switches' (testbed.analysis.tester) -------------------
+
+def _tester(summary: Summary) -> dict | None:
+    return summary.get("tester")
+
+
+def tester_pfc_matches(tc: int) -> CheckFn:
+    """"PFC seen on queue ``tc`` matching the tester's PFC counter": for every host, the PFC
+    frames of class ``tc`` its leaf port sent it equal those the host received, and those the
+    host sent equal those the port received; at least one frame. Tolerance 0: both sides are
+    read after the traffic stopped, and PFC frames take no queue a pause could hold."""
+    bound = "switch = tester on every host port (tolerance 0), >= 1 frame"
+
+    def check(summary: Summary) -> Outcome:
+        tester = _tester(summary)
+        if tester is None:
+            return Outcome(False, "the tester's counters were not written", bound)
+        switch, seen, wrong = pfc_mismatches(tester, tc)
+        said = f"class {tc}: switch ports {switch}, tester {seen} PFC frames"
+        return Outcome(not wrong and switch >= 1,
+                       said + (f"; {'; '.join(wrong)}" if wrong else ""), bound)
+    return check
+
+
+def tester_ce(tc: int) -> CheckFn:
+    """"ECN-CE seen" by the tester: the hosts received CE-marked packets in class ``tc``, and no
+    more than the switches marked (a packet marked at two hops arrives once)."""
+    bound = "1 <= tester's CE <= switches' CE marks"
+
+    def check(summary: Summary) -> Outcome:
+        tester = _tester(summary)
+        if tester is None:
+            return Outcome(False, "the tester's counters were not written", bound)
+        got = total_counted(tester, tc, "ce_received")
+        marked = (tester.get("ce_marked_by_class") or {}).get(str(tc), 0)
+        return Outcome(1 <= got <= marked, f"class {tc}: tester received {got} CE-marked "
+                       f"packets, switches marked {marked}", bound)
+    return check
+
+
+def tester_cnps(summary: Summary) -> Outcome:
+    """"CNPs on queue 6": the tester's receivers sent CNPs, in the CNP class, and its senders
+    received every one."""
+    bound = ">= 1 CNP sent, every one received"
+    tester = _tester(summary)
+    if tester is None:
+        return Outcome(False, "the tester's counters were not written", bound)
+    classes = sorted({tc for by in (tester.get("hosts") or {}).values() for tc, c in by.items()
+                      if c.get("cnps_sent") or c.get("cnps_received")})
+    sent = {tc: total_counted(tester, int(tc), "cnps_sent") for tc in classes}
+    got = {tc: total_counted(tester, int(tc), "cnps_received") for tc in classes}
+    said = "; ".join(f"class {tc}: {sent[tc]} sent, {got[tc]} received" for tc in classes)
+    return Outcome(bool(classes) and sum(sent.values()) >= 1 and sent == got,
+                   said or "no CNP", bound)

@@ -73,6 +73,12 @@ def _incast(name: str, qos: dict, dcqcn: bool, **extra: Any) -> dict:
 BASE: tuple[Check, ...] = (("faithful", c.faithful), ("delivered", c.delivered))
 LOSSLESS: tuple[Check, ...] = (("no lossless drop", c.no_lossless_drop),
                                ("no NAK or sequence error", c.no_resend))
+#: The tester's counters against the switches' (testbed.analysis.tester): the plans' "PFC seen
+#: on queue 3 matching the tester's PFC counter", and CE and CNPs as the tester counted them.
+TESTER_PFC: Check = ("PFC on class 3 matches the tester's counter", c.tester_pfc_matches(3))
+TESTER_ECN: tuple[Check, ...] = (("the tester's CE on class 3 within the switches' marks",
+                                  c.tester_ce(3)),
+                                 ("the tester's CNPs sent and received", c.tester_cnps))
 INCAST_SCALING = ("plan: N:1 incast at 100G line rate; here 3:1 (h2, h3, h4 -> h1), 2 QPs each, "
                   "64 KiB WRITEs for 5 s at the fabric's host link rate")
 
@@ -90,22 +96,23 @@ def _rocev2() -> list[Case]:
              (*BASE, *LOSSLESS, ("no PFC", c.no_pfc))),
         Case("rocev2", "2", "Congestion control with PFC", INCAST_SCALING,
              _incast("conf-rocev2-2", pfc3, False),
-             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)))),
+             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)), TESTER_PFC)),
         Case("rocev2", "3", "Congestion control with DCQCN", INCAST_SCALING + "; ECN, no PFC",
              _incast("conf-rocev2-3", {"pfc_enable": [], "ecn": {3: {}}}, True),
              (*BASE, ("ECN-CE seen on class 3", c.ecn_marked),
-              ("CNPs at every sender", c.cnps_every_sender))),
+              ("CNPs at every sender", c.cnps_every_sender), *TESTER_ECN)),
         Case("rocev2", "4", "Congestion control with PFC + ECN (storage traffic)",
              INCAST_SCALING + "; PFC and ECN on class 3, DCQCN",
              _incast("conf-rocev2-4", {"pfc_enable": [3], "ecn": {3: {}}}, True),
              (*BASE, *LOSSLESS, ("ECN-CE seen on class 3", c.ecn_marked),
-              ("CNPs at every sender", c.cnps_every_sender))),
+              ("CNPs at every sender", c.cnps_every_sender), *TESTER_ECN, TESTER_PFC)),
         Case("rocev2", "5", "PFC propagation",
              "plan: pause spreads from the congested port upstream; here 3:1 incast onto h1 "
              "whose remote senders (h3, h4) come through a spine, so the leaf pauses the spine "
              "and the spine pauses leaf2",
              _incast("conf-rocev2-5", pfc3, False),
-             (*BASE, *LOSSLESS, ("PFC from congested leaf and upstream", c.pfc_on_switches(2)))),
+             (*BASE, *LOSSLESS, ("PFC from congested leaf and upstream", c.pfc_on_switches(2)),
+              TESTER_PFC)),
         Case("rocev2", "6", "QP fairness with DCQCN",
              "plan: rank 0 and rank 1 QPs sharing a bottleneck, rates within 30%; here h3->h1 and "
              "h4->h1 (1 QP each) for 12 s with DCQCN, PFC as backstop",
@@ -154,7 +161,7 @@ def _pfc() -> list[Case]:
         Case("pfc", "lossless", "Lossless class does not drop under congestion",
              INCAST_SCALING + "; PFC on class 3",
              _incast("conf-pfc-lossless", {"pfc_enable": [3], "ecn": {}}, False),
-             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)))),
+             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)), TESTER_PFC)),
         Case("pfc", "lossy", "Lossy class is not paused",
              INCAST_SCALING + "; class 3 lossy (PFC off)",
              _incast("conf-pfc-lossy", {"pfc_enable": [], "ecn": {}}, False),
@@ -184,7 +191,7 @@ def _pfcwd() -> list[Case]:
              (("faithful", c.faithful),
               ("storm detected within detection + polling",
                c.storm_detected_within(DETECT_LIMIT_S)),
-              ("queue restored after the storm", c.storm_restored))),
+              ("queue restored after the storm", c.storm_restored), TESTER_PFC)),
         Case("pfcwd", "off", "Watchdog disabled: no detection", STORM_SCALING + "; watchdog off",
              _storm("conf-pfcwd-off", {"enabled": False}),
              (("faithful", c.faithful), ("no storm detected", c.no_storm_event))),

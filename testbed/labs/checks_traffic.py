@@ -74,6 +74,11 @@ def lossy_drops(ctx: Context, run: RunData) -> Verdict:
         return failed(f"PFC is still on for class 3 (qos.pfc_enable {run.lossless()})",
                       "turn PFC off in this run: qos: {pfc_enable: []}")
     drops, rtx = _queue_drops(run, 3), _retransmitted(run)
+    if drops and not rtx:
+        return failed(f"{drops} packets dropped, none resent yet: a QP whose last packets were "
+                      "all dropped hears no NAK, and waits out its Local ACK Timeout (about 4 s "
+                      "at 10 Mbit/s) before it goes back N", "let the run last that long past "
+                      "the flows' end (duration_s), as lossy.yaml does")
     if not drops or not rtx:
         return failed(f"{drops} packets dropped, {rtx} retransmitted: the queue never overflowed",
                       "keep the incast as it is (several senders, DCQCN off), so that the "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from testbed.analysis.deadlock import deadlock_summary
 from testbed.analysis.fidelity import steal_note
+from testbed.analysis.tester import FlowQps, build_tester
 from testbed.budget.cores import Verdict, budget_line
 from testbed.machine.owner import make_results_dir
 from testbed.results.files import (
@@ -280,10 +281,10 @@ def _call(client, host: str, run_dir: Path, **req) -> dict:
 
 
 def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> RunSummary:
+    snaps = {h: _call(eps[h], h, run_dir, cmd="stats") for h in sorted(eps)}
     flows = {}
     for f in sc.extras.flows:
-        src = _call(eps[f.src], f.src, run_dir, cmd="stats")["qps"]
-        dst = _call(eps[f.dst], f.dst, run_dir, cmd="stats")["qps"]
+        src, dst = snaps[f.src]["qps"], snaps[f.dst]["qps"]
         qps = []
         for a in runner.assignments[f.name]:
             s, d = src.get(str(a.requester_qpn), {}), dst.get(str(a.responder_qpn), {})
@@ -298,11 +299,19 @@ def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> Ru
                         "complete": s.get("idle", False) and not s.get("retry_exceeded", 0)})
         flows[f.name] = {"src": f.src, "dst": f.dst, "qps": qps,
                          "bytes_received": sum(q["bytes_received"] for q in qps)}
+    tester = build_tester(
+        [FlowQps(f.src, f.dst, f.tc, f.tc if f.ack_tc is None else f.ack_tc,
+                 tuple((a.requester_qpn, a.responder_qpn) for a in runner.assignments[f.name]))
+         for f in sc.extras.flows], snaps, sc.cfg.qos.cnp_tc,
+        {h.name: (h.leaf, h.leaf_port) for h in sc.topo.hosts},
+        {n: c.pfc_tx for n, c in counters.items()}, {n: c.pfc_rx for n, c in counters.items()},
+        {n: c.ecn_marked for n, c in counters.items()})
     pfc_tx = {name: sum(sc_.pfc_tx.values()) for name, sc_ in counters.items()}
     by_class: dict[str, int] = {}
     for sc_ in counters.values():
         for (_port, tc), n in sc_.pfc_tx.items():
             by_class[str(tc)] = by_class.get(str(tc), 0) + n
     return {"scenario": sc.cfg.name, "duration_s": sc.extras.duration_s, "flows": flows,
-            "pfc_frames_sent": pfc_tx, "pfc_frames_by_class": by_class, "timeline": timeline,
+            "pfc_frames_sent": pfc_tx, "pfc_frames_by_class": by_class, "tester": tester,
+            "timeline": timeline,
             "flow_errors": runner.errors}
