@@ -78,6 +78,10 @@ def test_each_broken_configuration_fails_its_case(
     assert status[("rocev2.4", "ECN-CE seen on class 3")] == FAIL
     assert status[("rocev2.4", "CNPs at every sender")] == FAIL
     assert status[("rocev2.4", "no lossless drop")] == PASS  # PFC still holds the class
+    # the tester sees it too: no CE reached a host, no CNP was sent; its PFC still matches
+    assert status[("rocev2.4", "the tester's CE on class 3 within the switches' marks")] == FAIL
+    assert status[("rocev2.4", "the tester's CNPs sent and received")] == FAIL
+    assert status[("rocev2.4", "PFC on class 3 matches the tester's counter")] == PASS
     assert status[("pfcwd.storm", "storm detected within detection + polling")] == FAIL
     assert status[("pfcwd.storm", "queue restored after the storm")] == FAIL
     assert status[("rocev2.7", "faithful")] == PASS
