@@ -94,24 +94,25 @@ def build_tester(flows: Iterable[FlowQps], snapshots: Mapping[str, dict], cnp_tc
             add(host, tc, "pfc_received", n)
     ports: dict[str, dict[str, dict[str, int]]] = {}
     for host, (leaf, port) in host_ports.items():
-        for (p, tc), n in sorted(pfc_tx.get(leaf, {}).items()):
-            if p == port and n:
-                ports.setdefault(host, {}).setdefault(str(tc), _zero_port())["pfc_sent"] = n
-        for (p, tc), n in sorted(pfc_rx.get(leaf, {}).items()):
-            if p == port and n:
-                ports.setdefault(host, {}).setdefault(str(tc), _zero_port())["pfc_received"] = n
-    ce: dict[str, int] = {}
-    for cells in ecn_marked.values():
-        for (_p, tc), n in cells.items():
-            if n:
-                ce[str(tc)] = ce.get(str(tc), 0) + n
+        for key, cells in (("pfc_sent", pfc_tx), ("pfc_received", pfc_rx)):
+            for (p, tc), n in sorted(cells.get(leaf, {}).items()):
+                if p == port and n:
+                    ports.setdefault(host, {}).setdefault(str(tc), dict.fromkeys(
+                        (k for k, _ in PORT_COUNTERS), 0))[key] = n
     return {"hosts": {h: {str(tc): c for tc, c in sorted(by.items())}
                       for h, by in sorted(hosts.items())},
-            "ports": dict(sorted(ports.items())), "ce_marked_by_class": dict(sorted(ce.items()))}
+            "ports": dict(sorted(ports.items())),
+            "ce_marked_by_class": per_class(ecn_marked.values())}
 
 
-def _zero_port() -> dict[str, int]:
-    return dict.fromkeys((k for k, _ in PORT_COUNTERS), 0)
+def per_class(switches: Iterable[Cells]) -> dict[str, int]:
+    """A per-(port, class) counter summed over every port of every switch, per class (JSON
+    keys, ``"3"``): summary.json's ``pfc_frames_by_class`` and the tester's CE marks."""
+    out: dict[str, int] = {}
+    for cells in switches:
+        for (_port, tc), n in cells.items():
+            out[str(tc)] = out.get(str(tc), 0) + n
+    return dict(sorted(out.items()))
 
 
 def total_counted(tester: Mapping[str, Any], tc: int, key: str) -> int:
@@ -125,10 +126,9 @@ def pfc_mismatches(tester: Mapping[str, Any], tc: int) -> tuple[int, int, list[s
     in words."""
     switch = tester_n = 0
     wrong = []
-    names = set(tester.get("hosts") or {}) | set(tester.get("ports") or {})
-    for h in sorted(names):
-        mine = (tester.get("hosts") or {}).get(h, {}).get(str(tc), {})
-        port = (tester.get("ports") or {}).get(h, {}).get(str(tc), {})
+    hosts, ports = tester.get("hosts") or {}, tester.get("ports") or {}
+    for h in sorted(set(hosts) | set(ports)):
+        mine, port = hosts.get(h, {}).get(str(tc), {}), ports.get(h, {}).get(str(tc), {})
         for theirs, ours, what in (("pfc_sent", "pfc_received", "to"),
                                    ("pfc_received", "pfc_sent", "from")):
             a, b = port.get(theirs, 0), mine.get(ours, 0)

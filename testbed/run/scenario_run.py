@@ -13,7 +13,7 @@ from pathlib import Path
 
 from testbed.analysis.deadlock import deadlock_summary
 from testbed.analysis.fidelity import steal_note
-from testbed.analysis.tester import FlowQps, build_tester
+from testbed.analysis.tester import FlowQps, build_tester, per_class
 from testbed.budget.cores import Verdict, budget_line
 from testbed.machine.owner import make_results_dir
 from testbed.results.files import (
@@ -307,10 +307,7 @@ def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> Ru
         {n: c.pfc_tx for n, c in counters.items()}, {n: c.pfc_rx for n, c in counters.items()},
         {n: c.ecn_marked for n, c in counters.items()})
     pfc_tx = {name: sum(sc_.pfc_tx.values()) for name, sc_ in counters.items()}
-    by_class: dict[str, int] = {}
-    for sc_ in counters.values():
-        for (_port, tc), n in sc_.pfc_tx.items():
-            by_class[str(tc)] = by_class.get(str(tc), 0) + n
+    by_class = per_class(sc_.pfc_tx for sc_ in counters.values())
     return {"scenario": sc.cfg.name, "duration_s": sc.extras.duration_s, "flows": flows,
             "pfc_frames_sent": pfc_tx, "pfc_frames_by_class": by_class, "tester": tester,
             "timeline": timeline,
