@@ -53,6 +53,7 @@ from traffic.endpoint_telemetry import (
     EndpointStats,
     Telemetry,
 )
+from traffic.pacing import PACING_SLACK_S, LatenessMeter, paced
 from traffic.packets import (
     ACK,
     CNP,
@@ -78,9 +79,6 @@ PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back
 PACKET_STATISTICS = 6  # packet(7): struct tpacket_stats {tp_packets, tp_drops}
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32  # socket(7); Python may not name them
 SOCKET_BUFFER_BYTES = 8 * 1024 * 1024
-#: How far behind schedule a pacer may fall before it forgets the debt; keeps the average rate
-#: exact when the loop wakes late, without letting a stalled QP burst afterwards.
-PACING_SLACK_S = 0.005
 #: A sleeping loop wakes for a QP pacer's next frame no sooner than this: at 1,000 frames/s it
 #: sends three frames per wake-up instead of one (a wake-up costs more than a frame: ~30 us of
 #: CPU on a VM). The pacers keep the debt of a late wake (see PACING_SLACK_S), so the average
@@ -93,11 +91,6 @@ BURST_FRAMES = 64
 #: the period of duration flows' refills.
 HOUSEKEEPING_S = 0.01
 _INF = float("inf")
-
-
-def _paced(next_time: float, now: float, cost: float) -> float:
-    """Advance a pacer's next-send time by one frame's cost, forgiving lateness past a slack."""
-    return max(next_time, now - PACING_SLACK_S) + cost
 
 
 class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
@@ -117,6 +110,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
                                     else self.dcqcn.cnp_interval_s)
         self._init_pfc()
         self.nic_free_at = 0.0
+        self.lateness = LatenessMeter(PACING_SLACK_S, self.stats)
         self._rr = 0
         self._running = True
         self._next_housekeeping = 0.0
@@ -170,7 +164,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         except OSError as exc:  # ENOBUFS while the qdisc is full: counted, not fatal
             self.stats.send_errors += 1
             log.debug("send failed: %s", exc)
-        self.nic_free_at = _paced(self.nic_free_at, self.now() if now is None else now,
+        self.nic_free_at = paced(self.nic_free_at, self.now() if now is None else now,
                                   len(frame) * self._byte_s)
 
     # -- receive ------------------------------------------------------------------------
@@ -295,7 +289,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
                                else now - PACING_SLACK_S) + size * byte_s
                 rate = st.rate_bps
                 if rate != _INF:
-                    st.next_time = _paced(st.next_time, now, size * 8 / rate)
+                    st.next_time = paced(st.next_time, now, size * 8 / rate)
                 if st.rp:
                     st.rp.on_sent(size, now)
                 rr = (rr + i + 1) % n
@@ -417,13 +411,16 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
             now = self.now()
             if until is not None and now >= until:
                 break
+            self.lateness.turn(now)
             if rx_ready:
                 rx_ready = self._receive(now)
             if now >= self._next_housekeeping:
                 self._next_housekeeping = self._housekeeping(now)
             if self._ctrl_queued:
                 self._flush_ctrl(now)
-            nxt = self._next_wake(now, self._transmit(now))
+            tx = self._transmit(now)
+            self.lateness.next_due(tx)
+            nxt = self._next_wake(now, tx)
             if now >= self._next_sample:
                 self.sample(now)
                 nxt = min(nxt, self._next_sample)

@@ -80,6 +80,12 @@ STATS_COLUMNS = [
     ("send_errors", "frames the socket refused (ENOBUFS while the qdisc is full)"),
     ("rx_socket_drops", "frames the kernel dropped because the endpoint's receive buffer was "
                         "full (the process did not keep up; a NIC's RX overflow)"),
+    ("active_s", "seconds the endpoint had a frame due (or a paused class to resume); None "
+                 "in mode tcp, where the kernel sends (traffic.pacing)"),
+    ("late_lost_s", "seconds its NIC stood idle with a frame due because the process came "
+                    "later than the pacers' slack repays: line-rate time lost to the host's "
+                    "CPU, not to the protocol (fidelity check host_lag)"),
+    ("late_max_s", "the latest the process came to a frame that was due (seconds)"),
 ]
 
 
@@ -104,6 +110,9 @@ class EndpointStats:
     rx_loss_dropped: int = 0
     send_errors: int = 0
     rx_socket_drops: int = 0
+    active_s: float | None = None  # None: not measured (mode tcp); traffic.pacing sets them
+    late_lost_s: float | None = None
+    late_max_s: float | None = None
 
 
 class Telemetry:

@@ -35,6 +35,12 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   reads its answers late too, so this also says the agent stalled.
 * ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part:
   an XOFF's (a late pause overfills the headroom) and an XON's (a late resume idles the link).
+* ``host_lag``: the largest share of a host's active time (it had a frame due) in which its
+  NIC stood idle because the endpoint's process came late, beyond the slack its pacers repay
+  (:mod:`traffic.pacing`): what a host sent then was set by its CPU (a busy core, a
+  hypervisor's steal), not by the protocol, and a collective's efficiency or a flow's goodput
+  comes out low with every switch-side check passed. A RoCE endpoint's own figure: in mode
+  ``tcp`` the kernel sends, and the check does not apply.
 * ``cpu_saturated``: the longest stretch in which every core was busy; past it, none of the
   times above can be trusted to hold.
 
@@ -78,6 +84,9 @@ class Figures:
     bmv2_lag_us: int | None = None
     bmv2_stall_us: int | None = None  # the longest a switch took to answer its agent
     agent_reaction_us: int | None = None
+    host_lag_pct: float | None = None  # the most line-rate time a host lost to its lateness
+    #: The endpoints pace their own frames (RoCE); False in mode tcp: host_lag does not apply.
+    hosts_pace: bool = True
     cpu_saturated_s: float | None = None
     #: The cores' time the hypervisor gave to others over the run, and at most in one sample
     #: (percent; None: not recorded). Not a check: said beside the verdict.
@@ -98,6 +107,7 @@ class Budgets:
     bmv2_lag_us: int  # fidelity.bmv2_lag_ms
     cpu_saturated_s: float  # fidelity.cpu_saturated_s
     steal_note_pct: float  # fidelity.steal_note_pct
+    host_lag_pct: float = 2.0  # fidelity.host_lag_pct
 
 
 Status = Literal["ok", "failed", "unknown"]
@@ -120,6 +130,8 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
 
     def add(name: str, value: float | int | None, limit: float | int, reason: str) -> None:
         if name in LOSSLESS_ONLY and not fig.pfc_enabled:
+            return
+        if name == "host_lag" and not fig.hosts_pace:
             return
         if value is None:
             why = fig.unmeasured.get(name, "not measured")
@@ -158,6 +170,10 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
         "a switch agent took {v} us to apply a PFC frame (pause or resume), beyond the {lim} "
         "us reaction "
         "time the headroom is sized for (qos.pfc.reaction_ms)")
+    add("host_lag", fig.host_lag_pct, budget.host_lag_pct,
+        "a host's NIC stood idle {v}% of the time it had a frame due, its endpoint's process "
+        "late beyond what its pacers repay (limit {lim}%, fidelity.host_lag_pct): the host's "
+        "CPU, not the protocol, set what it sent")
     add("cpu_saturated", fig.cpu_saturated_s, budget.cpu_saturated_s,
         "every CPU core was busy for {v} s at a stretch (limit {lim} s, "
         "fidelity.cpu_saturated_s): timings were not the emulation's own")

@@ -373,6 +373,12 @@ class FidelityConfig(_Strict):
         "flows start (measured over the bring-up) and beside the verdict (over the run). "
         "Not a check: a stolen core counts as busy, and the checks judge what it did. A "
         "real switch has no counterpart: no hypervisor shares its pipeline.")
+    host_lag_pct: float = Field(
+        2.0, ge=0, le=100, description="A host whose NIC stood idle for more than this share "
+        "of the time it had a frame due, because its endpoint's process came late beyond what "
+        "its pacers repay (5 ms), flags the run: what it sent was set by the host's CPU (a "
+        "busy core, a hypervisor's steal), not by the protocol. A real NIC's pipeline is "
+        "hardware and keeps its rate.")
     cpu_budget_margin: float = Field(
         0.25, ge=0, lt=1, description="Share of the cores left for the testbed (testbed "
         "calibrate) that a run's measured load may not use: what the load model leaves out "

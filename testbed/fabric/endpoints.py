@@ -39,6 +39,13 @@ class EndpointPool:
         #: says so; None, with ``host_loss_unknown`` saying why, once one could not be read.
         self.host_loss: int | None = 0
         self.host_loss_unknown: str | None = None
+        #: The largest share (percent) of a host's active time its NIC stood idle with a frame
+        #: due, its process late beyond the pacers' slack (traffic.pacing), and which host;
+        #: None when an endpoint did not answer or does not measure it (mode tcp).
+        self.host_lag_pct: float | None = None
+        self.host_lag_host: str | None = None
+        #: The endpoints pace their own frames (RoCE); False with ``--transport tcp``.
+        self.hosts_pace = True
 
     def socket(self, host: str) -> Path:
         """The endpoint's control socket."""
@@ -58,6 +65,9 @@ class EndpointPool:
         from traffic.client import EndpointClient
 
         self.out.mkdir(parents=True, exist_ok=True)
+        args = extra_args or []
+        self.hosts_pace = not any(a == "--transport" and b == "tcp"
+                                  for a, b in zip(args, args[1:], strict=False))
         for h in self.topo.hosts:
             sock = self.socket(h.name)
             with open(self.out / f"{h.name}{LOG_SUFFIX}", "w") as log:
@@ -73,11 +83,18 @@ class EndpointPool:
 
     def read_host_loss(self) -> None:
         """Frames the endpoints lost at their own sockets (a receive buffer that overflowed, a
-        send the kernel refused): a host that did not keep up, like a NIC's RX overflow. An
-        endpoint that does not answer (it died) makes the figure unknown, never zero."""
+        send the kernel refused): a host that did not keep up, like a NIC's RX overflow; and
+        the line-rate time each lost to its process's lateness (``host_lag_pct``). An
+        endpoint that does not answer (it died) makes the figures unknown, never zero."""
         from testbed.control.p4runtime import one_line
+        from traffic.pacing import lost_share
 
+        if not self.clients:  # none started, or already read as they stopped
+            if self.host_lag_pct is None and self.hosts_pace:
+                self.host_lag_pct = 0.0  # nothing was due
+            return
         lost = 0
+        shares: dict[str, float | None] = {}
         for host, c in self.clients.items():
             try:
                 st = c.call(cmd="stats")["stats"]
@@ -87,8 +104,12 @@ class EndpointPool:
                                           f"({one_line(exc)}): what it lost is not known")
                 return
             lost += st.get("rx_socket_drops", 0) + st.get("send_errors", 0)
+            shares[host] = lost_share(st)
         if self.host_loss is not None:
             self.host_loss += lost
+        if self.hosts_pace and None not in shares.values():
+            self.host_lag_host = max(shares, key=lambda h: shares[h] or 0.0)
+            self.host_lag_pct = round(100 * (shares[self.host_lag_host] or 0.0), 2)
 
     def stop(self) -> None:
         """Read the host loss, then ask each endpoint to stop, and wait for it."""

@@ -73,7 +73,8 @@ def fidelity_budgets(cfg: FabricConfig, topo: Topology) -> Budgets:
     return Budgets(headroom_bytes=headroom, reaction_us=int(q.pfc.reaction_ms * 1000),
                    bmv2_lag_us=int(cfg.fidelity.bmv2_lag_ms * 1000),
                    cpu_saturated_s=cfg.fidelity.cpu_saturated_s,
-                   steal_note_pct=cfg.fidelity.steal_note_pct)
+                   steal_note_pct=cfg.fidelity.steal_note_pct,
+                   host_lag_pct=cfg.fidelity.host_lag_pct)
 
 
 class Run:
@@ -176,11 +177,15 @@ class Run:
             self._cpu = None
 
     def write_telemetry_summary(self, host_loss: int | None,
-                                host_loss_unknown: str | None = None) -> None:
+                                host_loss_unknown: str | None = None, *,
+                                host_lag_pct: float | None = None,
+                                hosts_pace: bool = True) -> None:
         """telemetry/summary.json beside the agents' CSVs, with the fidelity guard's verdict:
         a failed run keeps it too. ``host_loss``: what the endpoints lost at their sockets
-        (None: unknown, ``host_loss_unknown`` says why). When the figures cannot be gathered
-        at all, the file still says so: a verdict that is not ok, with why."""
+        (None: unknown, ``host_loss_unknown`` says why); ``host_lag_pct``: the most line-rate
+        time a host lost to its own lateness (None: unknown, for the same reason), unless the
+        hosts do not pace their frames (``hosts_pace`` False: mode tcp). When the figures
+        cannot be gathered at all, the file still says so: a verdict that is not ok, with why."""
         from testbed.analysis.deadlock import fidelity_figures, telemetry_summary
         from testbed.analysis.fidelity import assess, unmade
 
@@ -188,6 +193,8 @@ class Run:
         why = dict(self.unmeasured)
         if host_loss is None:
             why["host_loss"] = host_loss_unknown or "the endpoints' losses were not read"
+        if host_lag_pct is None and hosts_pace:
+            why["host_lag"] = host_loss_unknown or "the endpoints' lateness was not read"
         try:
             summary = telemetry_summary(self.results_dir)
             figs = fidelity_figures(self.results_dir, list(self.cfg.qos.pfc_enable),
@@ -195,6 +202,8 @@ class Run:
                                     lossless_buffers(self.cfg, self.topo), host_loss,
                                     pipeline_drops=self.pipeline_drops,
                                     switches=[s.name for s in self.topo.switches],
+                                    host_lag_pct=host_lag_pct,
+                                    hosts_pace=hosts_pace,
                                     unmeasured=why)
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a killed agent's half CSV
