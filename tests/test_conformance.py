@@ -34,10 +34,16 @@ def summary(**kw) -> dict:
                       for s in ("h2", "h3", "h4")},
             "pfc_frames_sent": {"leaf1": 40, "spine1": 3, "leaf2": 0},
             "pfc_frames_by_class": {"3": 43},
-            # the tester's PFC counter matching the leaves' host ports (testbed.analysis.tester)
-            "tester": {"hosts": {h: {"3": {"pfc_received": 10}} for h in ("h2", "h3", "h4")},
-                       "ports": {h: {"3": {"pfc_sent": 10, "pfc_received": 0}}
-                                 for h in ("h2", "h3", "h4")}, "ce_marked_by_class": {}},
+            # the tester's PFC and frame counters matching the leaves' host ports
+            # (testbed.analysis.tester): 10 data frames from each sender, 30 to h1
+            "tester": {"hosts": {**{h: {"3": {"pfc_received": 10, "data_sent": 10}}
+                                    for h in ("h2", "h3", "h4")},
+                                 "h1": {"3": {"data_received": 30}}},
+                       "ports": {**{h: {"3": {"pfc_sent": 10, "pfc_received": 0,
+                                              "frames_received": 10}}
+                                    for h in ("h2", "h3", "h4")},
+                                 "h1": {"3": {"frames_sent": 30}}},
+                       "ce_marked_by_class": {}},
             "kernel_drops_lossless": 0, "fidelity": FAITHFUL, "watchdog_events": [],
             "timeline": [{"t_s": 0.0, "event": "start"}],
             "headline": {"lossless_drops": 0, "ecn_marked": 0, "max_imbalance": 1.1,

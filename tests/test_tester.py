@@ -4,7 +4,13 @@ counters, each packet counted in the class it travelled in."""
 
 from __future__ import annotations
 
-from testbed.analysis.tester import FlowQps, build_tester, pfc_mismatches, total_counted
+from testbed.analysis.tester import (
+    FlowQps,
+    build_tester,
+    frame_mismatches,
+    pfc_mismatches,
+    total_counted,
+)
 from testbed.conformance import checks as c
 from traffic.endpoint_telemetry import STATS_COLUMNS, EndpointStats
 
@@ -28,13 +34,17 @@ def _snapshots() -> dict[str, dict]:
     }
 
 
-def _view(leaf_sent_h1: int = 4, leaf_got_h2: int = 2) -> dict:
+def _view(leaf_sent_h1: int = 4, leaf_got_h2: int = 2, to_h1: int = 150) -> dict:
     flows = [FlowQps("h3", "h1", tc=3, ack_tc=5, pairs=((11, 21), (12, 22)))]
     ports = {"h1": ("leaf1", 1), "h2": ("leaf1", 2), "h3": ("leaf2", 1)}
     pfc_tx = {"leaf1": {(1, 3): leaf_sent_h1, (1, 4): 1, (3, 3): 50}}  # port 3: an uplink
     pfc_rx = {"leaf1": {(2, 3): leaf_got_h2}}
     ecn = {"leaf1": {(1, 3): 6}, "spine1": {(1, 3): 3}}
-    return build_tester(flows, _snapshots(), 6, ports, pfc_tx, pfc_rx, ecn)
+    # every frame per port and class: h3's 150 data frames in at leaf2, out to h1 at leaf1;
+    # h1's 42 ACK/NAK frames (class 5) in at leaf1; the uplinks' counts are not the hosts'
+    tx_tc = {"leaf1": {(1, 3): to_h1, (3, 5): 42}, "leaf2": {(1, 5): 41}}
+    rx_tc = {"leaf1": {(1, 5): 42, (3, 3): 150}, "leaf2": {(1, 3): 150}}
+    return build_tester(flows, _snapshots(), 6, ports, pfc_tx, pfc_rx, ecn, tx_tc, rx_tc)
 
 
 def test_each_packet_is_counted_in_the_class_it_travelled_in() -> None:
@@ -49,9 +59,13 @@ def test_each_packet_is_counted_in_the_class_it_travelled_in() -> None:
     assert (h1["3"]["pfc_received"], h1["4"]["pfc_received"]) == (4, 1)
     assert v["hosts"]["h2"] == {"3": {**dict.fromkeys(h1["3"], 0), "pfc_sent": 2}}
     # the switch side: only the host's own port, never an uplink's 50 frames
-    assert v["ports"] == {"h1": {"3": {"pfc_sent": 4, "pfc_received": 0},
-                                 "4": {"pfc_sent": 1, "pfc_received": 0}},
-                          "h2": {"3": {"pfc_sent": 0, "pfc_received": 2}}}
+    zero = {"pfc_sent": 0, "pfc_received": 0, "frames_sent": 0, "frames_received": 0}
+    assert v["ports"] == {"h1": {"3": {**zero, "pfc_sent": 4, "frames_sent": 150},
+                                 "4": {**zero, "pfc_sent": 1},
+                                 "5": {**zero, "frames_received": 42}},
+                          "h2": {"3": {**zero, "pfc_received": 2}},
+                          "h3": {"3": {**zero, "frames_received": 150},
+                                 "5": {**zero, "frames_sent": 41}}}
     assert v["ce_marked_by_class"] == {"3": 9}
     assert total_counted(v, 3, "ce_received") == 7 and total_counted(v, 6, "cnps_sent") == 7
 
@@ -86,3 +100,32 @@ def test_the_endpoint_counts_pfc_per_class_beside_its_total() -> None:
     stats = EndpointStats()
     assert stats.pfc_rx_by_class == [0] * 8 and stats.pfc_tx_by_class == [0] * 8
     assert {"pfc_rx_by_class", "pfc_tx_by_class"} <= {n for n, _ in STATS_COLUMNS}
+
+
+def test_the_frame_check_holds_every_frame_of_a_lossless_class_against_the_switch() -> None:
+    """Class 3 carried h3's data to h1: 150 frames in at h3's port and 150 out at h1's, as
+    both hosts counted them. One frame the switch sent h1 and h1 never counted fails it, with
+    the host named; so does a class with no frame at all, and no tester."""
+    assert frame_mismatches(_view(), 3) == (300, 300, [])
+    ok = c.tester_frames_match(3)({"tester": _view()})
+    assert ok.ok and "switch ports 300, tester 300 frames" in ok.measured
+    lost = c.tester_frames_match(3)({"tester": _view(to_h1=151)})
+    assert not lost.ok and "h1: switch 151, tester 150 frames to the host" in lost.measured
+    # class 5, the ACK class: h1 sent 41 ACKs and a NAK, which h3 counted as 40 and 1
+    assert frame_mismatches(_view(), 5) == (83, 83, [])
+    assert not c.tester_frames_match(4)({"tester": _view()}).ok  # nothing in class 4
+    assert not c.tester_frames_match(3)({}).ok  # unknown is not ok
+
+
+def test_a_duplicate_is_acked_and_the_ack_is_counted() -> None:
+    """The responder ACKs a duplicate again (its requester missed the first ACK): the tester's
+    ACK counter counts every ACK on the wire, or the frame check would miss one."""
+    from traffic.packets import ParsedRoce
+    from traffic.qp import Responder
+
+    r = Responder(qpn=21, dqpn=11)
+    first = ParsedRoce(addrs=bytes(8), ecn=0, src_port=49152, opcode=10, becn=False, dqpn=21,
+                       ack_req=True, psn=0, payload=b"")
+    assert r.on_data(first) is not None and r.stats.acks_sent == 1
+    assert r.on_data(first) is not None  # again: a duplicate
+    assert (r.stats.duplicates, r.stats.acks_sent) == (1, 2)

@@ -390,6 +390,7 @@ class Responder:
         if p.psn != epsn:
             if psn_diff(p.psn, epsn) < 0:
                 stats.duplicates += 1
+                stats.acks_sent += 1  # a duplicate is ACKed again: one more ACK on the wire
                 return SYNDROME_ACK, (epsn - 1) & PSN_MASK, self.msn
             stats.out_of_order += 1
             if self._nak_sent:

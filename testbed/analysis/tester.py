@@ -37,7 +37,15 @@ TESTER_COUNTERS = (
 PORT_COUNTERS = (
     ("pfc_sent", "PFC frames for this class the leaf port sent the host"),
     ("pfc_received", "PFC frames for this class the leaf port received from the host"),
+    ("frames_sent", "frames of this class the leaf port sent the host (data, ACK/NAK, CNP: "
+                    "the P4 program's tx_port_tc)"),
+    ("frames_received", "frames of this class the leaf port received from the host (the P4 "
+                        "program's rx_port_tc)"),
 )
+#: The tester's counters of the frames a host sent, and received, in a class: what the leaf
+#: port's ``frames_received`` and ``frames_sent`` count of the same traffic.
+SENT_BY_HOST = ("data_sent", "acks_sent", "naks_sent", "cnps_sent")
+RECEIVED_BY_HOST = ("data_received", "acks_received", "naks_received", "cnps_received")
 
 
 @dataclass(frozen=True)
@@ -56,11 +64,15 @@ Cells = Mapping[tuple[int, int], int]  # (port, class) -> count, a switch counte
 
 def build_tester(flows: Iterable[FlowQps], snapshots: Mapping[str, dict], cnp_tc: int,
                 host_ports: Mapping[str, tuple[str, int]], pfc_tx: Mapping[str, Cells],
-                pfc_rx: Mapping[str, Cells], ecn_marked: Mapping[str, Cells]) -> dict[str, Any]:
+                pfc_rx: Mapping[str, Cells], ecn_marked: Mapping[str, Cells],
+                tx_tc: Mapping[str, Cells] | None = None,
+                rx_tc: Mapping[str, Cells] | None = None) -> dict[str, Any]:
     """``summary.json``'s ``tester``: ``hosts`` (host -> class -> :data:`TESTER_COUNTERS`),
     ``ports`` (host -> class -> :data:`PORT_COUNTERS`) and ``ce_marked_by_class``; a class
     appears where one of its counters is not 0. ``snapshots``: each host's endpoint ``stats``
-    answer; ``host_ports``: host -> (leaf, port); the counters: switch -> cells."""
+    answer; ``host_ports``: host -> (leaf, port); the counters: switch -> cells (``tx_tc``
+    and ``rx_tc``: every frame per port and class, the P4 program's tx_port_tc and
+    rx_port_tc)."""
     hosts: dict[str, dict[int, dict[str, int]]] = {}
 
     def add(host: str, tc: int, key: str, n: int) -> None:
@@ -94,7 +106,8 @@ def build_tester(flows: Iterable[FlowQps], snapshots: Mapping[str, dict], cnp_tc
             add(host, tc, "pfc_received", n)
     ports: dict[str, dict[str, dict[str, int]]] = {}
     for host, (leaf, port) in host_ports.items():
-        for key, cells in (("pfc_sent", pfc_tx), ("pfc_received", pfc_rx)):
+        for key, cells in (("pfc_sent", pfc_tx), ("pfc_received", pfc_rx),
+                           ("frames_sent", tx_tc or {}), ("frames_received", rx_tc or {})):
             for (p, tc), n in sorted(cells.get(leaf, {}).items()):
                 if p == port and n:
                     ports.setdefault(host, {}).setdefault(str(tc), dict.fromkeys(
@@ -135,4 +148,23 @@ def pfc_mismatches(tester: Mapping[str, Any], tc: int) -> tuple[int, int, list[s
             switch, tester_n = switch + a, tester_n + b
             if a != b:
                 wrong.append(f"{h}: switch {a}, tester {b} PFC frames {what} the host")
+    return switch, tester_n, wrong
+
+
+def frame_mismatches(tester: Mapping[str, Any], tc: int) -> tuple[int, int, list[str]]:
+    """Frames of class ``tc`` (data, ACK/NAK, CNP) as the switches' host ports counted them
+    (received from the hosts and sent to them) and as the hosts counted them, summed; and each
+    host where the two differ, in words. Only a class that loses nothing between the two
+    counts (a lossless one) can match: a lossy queue drops after the P4 program counted."""
+    switch = tester_n = 0
+    wrong = []
+    hosts, ports = tester.get("hosts") or {}, tester.get("ports") or {}
+    for h in sorted(set(hosts) | set(ports)):
+        mine, port = hosts.get(h, {}).get(str(tc), {}), ports.get(h, {}).get(str(tc), {})
+        for theirs, ours, what in (("frames_received", SENT_BY_HOST, "from"),
+                                   ("frames_sent", RECEIVED_BY_HOST, "to")):
+            a, b = port.get(theirs, 0), sum(mine.get(k, 0) for k in ours)
+            switch, tester_n = switch + a, tester_n + b
+            if a != b:
+                wrong.append(f"{h}: switch {a}, tester {b} frames {what} the host")
     return switch, tester_n, wrong

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.analysis.fidelity import verdict_problem
-from testbed.analysis.tester import pfc_mismatches, total_counted
+from testbed.analysis.tester import frame_mismatches, pfc_mismatches, total_counted
 
 
 @dataclass(frozen=True)
@@ -209,6 +209,24 @@ def tester_pfc_matches(tc: int) -> CheckFn:
             return Outcome(False, "the tester's counters were not written", bound)
         switch, seen, wrong = pfc_mismatches(tester, tc)
         said = f"class {tc}: switch ports {switch}, tester {seen} PFC frames"
+        return Outcome(not wrong and switch >= 1,
+                       said + (f"; {'; '.join(wrong)}" if wrong else ""), bound)
+    return check
+
+
+def tester_frames_match(tc: int) -> CheckFn:
+    """The tester's frame counters against the switch's, per host port, in a lossless class:
+    every data, ACK/NAK and CNP frame a host sent in class ``tc`` its leaf port received, and
+    every one the port sent the host arrived. Tolerance 0: with PFC nothing is lost between
+    the two counts, and both are read after the traffic stopped and the queues drained."""
+    bound = "switch = tester on every host port (tolerance 0), >= 1 frame"
+
+    def check(summary: Summary) -> Outcome:
+        tester = _tester(summary)
+        if tester is None:
+            return Outcome(False, "the tester's counters were not written", bound)
+        switch, seen, wrong = frame_mismatches(tester, tc)
+        said = f"class {tc}: switch ports {switch}, tester {seen} frames"
         return Outcome(not wrong and switch >= 1,
                        said + (f"; {'; '.join(wrong)}" if wrong else ""), bound)
     return check

@@ -76,6 +76,8 @@ LOSSLESS: tuple[Check, ...] = (("no lossless drop", c.no_lossless_drop),
 #: The tester's counters against the switches' (testbed.analysis.tester): the plans' "PFC seen
 #: on queue 3 matching the tester's PFC counter", and CE and CNPs as the tester counted them.
 TESTER_PFC: Check = ("PFC on class 3 matches the tester's counter", c.tester_pfc_matches(3))
+TESTER_FRAMES: Check = ("frames on class 3 match the tester's counters",
+                        c.tester_frames_match(3))
 TESTER_ECN: tuple[Check, ...] = (("the tester's CE on class 3 within the switches' marks",
                                   c.tester_ce(3)),
                                  ("the tester's CNPs sent and received", c.tester_cnps))
@@ -93,10 +95,11 @@ def _rocev2() -> list[Case]:
               "endpoints": {"dcqcn": False}, "duration_s": 4, "settle_s": 1,
               "flows": [_flow("h1-h3", "h1", "h3", qps=1, duration_s=3, rate_cap_mbps=20),
                         _flow("h2-h4", "h2", "h4", qps=1, duration_s=3, rate_cap_mbps=20)]},
-             (*BASE, *LOSSLESS, ("no PFC", c.no_pfc))),
+             (*BASE, *LOSSLESS, ("no PFC", c.no_pfc), TESTER_FRAMES)),
         Case("rocev2", "2", "Congestion control with PFC", INCAST_SCALING,
              _incast("conf-rocev2-2", pfc3, False),
-             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)), TESTER_PFC)),
+             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)), TESTER_PFC,
+              TESTER_FRAMES)),
         Case("rocev2", "3", "Congestion control with DCQCN", INCAST_SCALING + "; ECN, no PFC",
              _incast("conf-rocev2-3", {"pfc_enable": [], "ecn": {3: {}}}, True),
              (*BASE, ("ECN-CE seen on class 3", c.ecn_marked),
@@ -105,14 +108,15 @@ def _rocev2() -> list[Case]:
              INCAST_SCALING + "; PFC and ECN on class 3, DCQCN",
              _incast("conf-rocev2-4", {"pfc_enable": [3], "ecn": {3: {}}}, True),
              (*BASE, *LOSSLESS, ("ECN-CE seen on class 3", c.ecn_marked),
-              ("CNPs at every sender", c.cnps_every_sender), *TESTER_ECN, TESTER_PFC)),
+              ("CNPs at every sender", c.cnps_every_sender), *TESTER_ECN, TESTER_PFC,
+              TESTER_FRAMES)),
         Case("rocev2", "5", "PFC propagation",
              "plan: pause spreads from the congested port upstream; here 3:1 incast onto h1 "
              "whose remote senders (h3, h4) come through a spine, so the leaf pauses the spine "
              "and the spine pauses leaf2",
              _incast("conf-rocev2-5", pfc3, False),
              (*BASE, *LOSSLESS, ("PFC from congested leaf and upstream", c.pfc_on_switches(2)),
-              TESTER_PFC)),
+              TESTER_PFC, TESTER_FRAMES)),
         Case("rocev2", "6", "QP fairness with DCQCN",
              "plan: rank 0 and rank 1 QPs sharing a bottleneck, rates within 30%; here h3->h1 and "
              "h4->h1 (1 QP each) for 12 s with DCQCN, PFC as backstop",
@@ -161,7 +165,8 @@ def _pfc() -> list[Case]:
         Case("pfc", "lossless", "Lossless class does not drop under congestion",
              INCAST_SCALING + "; PFC on class 3",
              _incast("conf-pfc-lossless", {"pfc_enable": [3], "ecn": {}}, False),
-             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)), TESTER_PFC)),
+             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)), TESTER_PFC,
+              TESTER_FRAMES)),
         Case("pfc", "lossy", "Lossy class is not paused",
              INCAST_SCALING + "; class 3 lossy (PFC off)",
              _incast("conf-pfc-lossy", {"pfc_enable": [], "ecn": {}}, False),

@@ -305,7 +305,9 @@ def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> Ru
          for f in sc.extras.flows], snaps, sc.cfg.qos.cnp_tc,
         {h.name: (h.leaf, h.leaf_port) for h in sc.topo.hosts},
         {n: c.pfc_tx for n, c in counters.items()}, {n: c.pfc_rx for n, c in counters.items()},
-        {n: c.ecn_marked for n, c in counters.items()})
+        {n: c.ecn_marked for n, c in counters.items()},
+        {n: c.tx_port_tc for n, c in counters.items()},
+        {n: c.rx_port_tc for n, c in counters.items()})
     pfc_tx = {name: sum(sc_.pfc_tx.values()) for name, sc_ in counters.items()}
     by_class = per_class(sc_.pfc_tx for sc_ in counters.values())
     return {"scenario": sc.cfg.name, "duration_s": sc.extras.duration_s, "flows": flows,
