@@ -20,7 +20,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_bad_flags_are_named_without_traceback() -> None:
-    r = run("topology", "--spines", "0", "--leaves", "300")
+    r = run("topology", "--spines=-1", "--leaves", "300")
     assert r.returncode == 2
     assert "fabric.spines" in r.stderr and "fabric.leaves" in r.stderr
     assert "Traceback" not in r.stderr + r.stdout

@@ -11,7 +11,9 @@ from testbed.config.models import ConfigError, FabricConfig
 from testbed.topology.validate import load_config
 
 BAD_FILES = {
-    "zero spines": ("fabric: {spines: 0}", ["fabric.spines", "greater than or equal to 1"]),
+    "negative spines": ("fabric: {spines: -1}", ["fabric.spines", "greater than or equal to 0"]),
+    "no spine for four leaves": ("fabric: {spines: 0, leaves: 4}",
+                                 ["fabric: spines: 0 with 4 leaves", "use leaves: 1"]),
     "unknown top section": ("fabrik: {spines: 2}", ["fabrik: unknown field", "fabric"]),
     "unknown fabric field": ("fabric: {spine: 2}", ["fabric.spine: unknown field", "spines"]),
     "spines not a number": ("fabric: {spines: two}", ["fabric.spines", "integer"]),
@@ -92,7 +94,7 @@ def test_bad_file_gets_a_named_message(tmp_path: Path, name: str) -> None:
 
 def test_several_mistakes_are_all_reported(tmp_path: Path) -> None:
     path = tmp_path / "f.yaml"
-    path.write_text("fabric: {spines: 0, leaves: 0}\necmp: {seed: x}\n")
+    path.write_text("fabric: {spines: -1, leaves: 0}\necmp: {seed: x}\n")
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert len(info.value.problems) == 3

@@ -254,3 +254,48 @@ def test_cli_lists_cases_with_na_reasons() -> None:
     res = CliRunner().invoke(app, ["conformance", "--plan", "rocev2", "--list"])
     assert res.exit_code == 0
     assert "rocev2.8 Packet spray: N/A (needs per-packet" in " ".join(res.output.split())
+
+
+def test_the_plans_topologies_leave_out_only_the_cases_they_cannot_carry() -> None:
+    """Topology 1 (one switch) has no upstream for PFC to spread to, no ECMP and no spine for
+    the storm cases' pinned route; topology 2 (one spine) has no second uplink to balance
+    over. Every other case fits, and its scenario parses on the topology's shape."""
+    from testbed.conformance.plans import TOPOLOGIES
+
+    def unfit(topo: str) -> set[str]:
+        out = set()
+        for k in select("all", None):
+            if k.na is None:
+                sc = with_fabric(k, {"fabric": TOPOLOGIES[topo]})
+                if k.unfit(sc["fabric"]) is None:
+                    parse_scenario(sc, k.key)  # it runs there: hosts and routes exist
+                else:
+                    out.add(k.key)
+        return out
+
+    assert unfit("1") == {"rocev2.5", "rocev2.7", "pfcwd.storm", "pfcwd.off"}
+    assert unfit("2") == {"rocev2.7"}
+    assert all(k.unfit(k.scenario["fabric"]) is None for k in select("all", None) if k.na is None)
+
+
+def test_cli_topology_lists_what_does_not_fit_and_refuses_two_shapes(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["conformance", "--topology", "2", "--list"])
+    assert res.exit_code == 0
+    assert "rocev2.7 Hashing and load balancing: N/A (needs two or more equal-cost uplinks" \
+        in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["conformance", "--topology", "3", "--list"])
+    assert res.exit_code == 2 and "--topology 3: no such topology; choose 1 or 2" in res.output
+    f = tmp_path / "f.yaml"
+    f.write_text("fabric: {leaves: 4}\n")
+    res = CliRunner().invoke(app, ["conformance", "--topology", "1", "--fabric", str(f),
+                                   "--list"])
+    assert res.exit_code == 2 and "both set the fabric's shape" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_single_switch_needs_one_leaf() -> None:
+    from testbed.config.models import FabricShape
+
+    assert FabricShape(spines=0, leaves=1, hosts_per_leaf=4).leaf_ports == 4
+    with pytest.raises(ValueError, match="spines: 0 with 2 leaves leaves them unconnected"):
+        FabricShape(spines=0, leaves=2)

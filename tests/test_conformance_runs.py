@@ -86,3 +86,34 @@ def test_each_broken_configuration_fails_its_case(
     assert status[("pfcwd.storm", "queue restored after the storm")] == FAIL
     assert status[("rocev2.7", "faithful")] == PASS
     assert status[("rocev2.7", "ECMP members balanced")] == FAIL  # every QP on one member
+
+
+@pytest.mark.bmv2
+@pytest.mark.parametrize(("topology", "runs", "not_there"), [
+    ("1", ["rocev2.2", "pfc.lossless"], "rocev2.5"),  # one switch: nowhere for PFC to spread
+    ("2", ["rocev2.1", "rocev2.5"], "rocev2.7"),  # one spine: both flows share it; no ECMP
+])
+def test_the_plans_topologies_run_the_cases_that_fit(tmp_path: Path, topology: str,
+                                                     runs: list[str], not_there: str) -> None:
+    """`testbed conformance --topology 1|2`: a representative subset passes on the plans' own
+    topologies with every run faithful, and a case the shape cannot carry is N/A with why."""
+    out = tmp_path / "conf"
+    picks = [a for k in (*runs, not_there) for a in ("--case", k)]
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "conformance", "--topology",
+                        topology, *picks, "--out", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    suites = ET.parse(out / CONFORMANCE_JUNIT_FILE).getroot()
+    tcs = list(suites.iter("testcase"))
+    for key in runs:
+        mine = [tc for tc in tcs if tc.get("classname") == key]
+        assert mine and all(tc.find("failure") is None and tc.find("skipped") is None
+                            for tc in mine), key
+        summary = json.loads((out / CONFORMANCE_CASES_DIR / key / "summary.json").read_text())
+        topo = json.loads((out / CONFORMANCE_CASES_DIR / key / "topology.json").read_text())
+        assert summary["fidelity"]["ok"] is True, (key, summary["fidelity"])
+        assert (len(topo["spines"]), len(topo["leaves"]), len(topo["hosts"])) == \
+            {"1": (0, 1, 4), "2": (1, 2, 4)}[topology]  # the run was on the plans' shape
+    skipped = [tc for tc in tcs if tc.get("classname") == not_there]
+    assert len(skipped) == 1 and "on this fabric: needs" in skipped[0].find("skipped").get(
+        "message")

@@ -27,14 +27,18 @@ def conformance(
     fabric: Annotated[Path | None, typer.Option(
         help="A YAML of the fabric's sections (fabric, ecmp, switch, fidelity) laid over "
              "every case's own.")] = None,
+    topology: Annotated[str | None, typer.Option(
+        help="The plans' topology: 1 (one switch, four hosts) or 2 (two leaves joined by one "
+             "spine, two hosts each). Default: each case's own, 2 spines, 2 leaves, 2 hosts "
+             "a leaf.")] = None,
     out: Annotated[Path | None, typer.Option(
         help="The results folder (default: results/conformance-<time>); new or empty.")] = None,
     list_: Annotated[bool, typer.Option(
         "--list", help="List the selected cases and their scaling, run nothing.")] = False,
 ) -> None:
     """Run the test plans' cases; exit 0 only when every applicable expected result passed."""
-    from testbed.conformance.plans import SelectionError, select
-    from testbed.conformance.runner import read_fabric, run_cases
+    from testbed.conformance.plans import TOPOLOGIES, SelectionError, select
+    from testbed.conformance.runner import read_fabric, run_cases, with_fabric
 
     try:
         cases = select(plan, case)
@@ -44,9 +48,17 @@ def conformance(
         overrides = read_fabric(fabric) if fabric is not None else {}
     except ConfigError as exc:
         _fail(f"--fabric {exc}")
+    if topology is not None:
+        if topology not in TOPOLOGIES:
+            _fail(f"--topology {topology}: no such topology; choose {' or '.join(TOPOLOGIES)}")
+        if "fabric" in overrides:
+            _fail(f"--topology {topology} and --fabric's fabric section both set the fabric's "
+                  "shape: give one of them")
+        overrides = {"fabric": dict(TOPOLOGIES[topology]), **overrides}
     if list_:
         for k in cases:
-            say(f"{k.key} {k.title}: " + (f"N/A ({k.na})" if k.na else k.scaling))
+            why = k.na or k.unfit(with_fabric(k, overrides).get("fabric") or {})
+            say(f"{k.key} {k.title}: " + (f"N/A ({why})" if why else k.scaling))
         return
     folder = out or Path("results") / f"conformance-{datetime.now():%Y%m%d-%H%M%S}"
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):

@@ -53,7 +53,8 @@ DEFAULT_LINK_MBPS = 10.0
 class FabricShape(_Strict):
     """The leaf-spine graph and its link rates."""
 
-    spines: int = Field(2, ge=1, le=MAX_SPINES, description="Spine switches.")
+    spines: int = Field(2, ge=0, le=MAX_SPINES, description="Spine switches. 0: a single "
+                        "leaf and its hosts (SONiC's test plans' topology 1, one switch).")
     leaves: int = Field(4, ge=1, le=MAX_LEAVES, description="Leaf (top-of-rack) switches.")
     hosts_per_leaf: int = Field(
         2, ge=1, le=MAX_HOSTS_PER_LEAF, description="Hosts (NICs) below each leaf."
@@ -94,6 +95,10 @@ class FabricShape(_Strict):
     @model_validator(mode="after")
     def _ports_fit(self) -> FabricShape:
         leaf_ports, spine_ports = self.leaf_ports, self.spine_ports
+        if self.spines == 0 and self.leaves != 1:
+            raise ValueError(
+                f"spines: 0 with {self.leaves} leaves leaves them unconnected: several leaves "
+                "need a spine (spines >= 1); for a single switch, use leaves: 1")
         if leaf_ports > MAX_PORTS:
             raise ValueError(
                 f"a leaf would need {leaf_ports} ports (hosts_per_leaf + spines x parallel_links);"

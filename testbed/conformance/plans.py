@@ -48,13 +48,49 @@ class Case:
     scenario: dict[str, Any] = field(default_factory=dict)
     checks: tuple[Check, ...] = ()
     na: str | None = None
+    #: What the case needs of the fabric's shape (the ``fabric`` section it runs on): None
+    #: when the shape has it, else what is missing (the case is then not applicable there).
+    needs: Callable[[dict[str, Any]], str | None] | None = None
 
     @property
     def key(self) -> str:
         return f"{self.plan}.{self.id}"
 
+    def unfit(self, shape: dict[str, Any]) -> str | None:
+        """Why the case cannot run on ``shape`` (its fabric section), or None."""
+        return self.needs(shape) if self.needs is not None else None
+
 
 FABRIC = {"spines": 2, "leaves": 2, "hosts_per_leaf": 2}
+
+#: The plans' topologies (sonic-mgmt's RoCEv2 test plan): 1, one switch with four tester
+#: ports; 2, two leaves joined by one spine, two tester ports on each. The cases' own fabric
+#: (FABRIC) is the testbed's leaf-spine with two spines, so that ECMP has members to balance.
+TOPOLOGIES: dict[str, dict[str, int]] = {
+    "1": {"spines": 0, "leaves": 1, "hosts_per_leaf": 4},
+    "2": {"spines": 1, "leaves": 2, "hosts_per_leaf": 2},
+}
+
+
+def _upstream(shape: dict[str, Any]) -> str | None:
+    """PFC propagation: a pause can spread only through a second switch."""
+    if shape.get("spines", 2) == 0:
+        return "needs a second switch for the pause to spread to; this fabric has one"
+    return None
+
+
+def _ecmp_members(shape: dict[str, Any]) -> str | None:
+    """Hashing: a leaf needs two or more equal-cost uplinks to spread flows over."""
+    n = shape.get("spines", 2) * shape.get("parallel_links", 1)
+    return None if n >= 2 else (f"needs two or more equal-cost uplinks to balance over; "
+                                f"this fabric's leaves have {n}")
+
+
+def _storm_path(shape: dict[str, Any]) -> str | None:
+    """The storm cases pin leaf2's route to h1's leaf through spine1."""
+    if shape.get("spines", 2) < 1 or shape.get("leaves", 2) < 2:
+        return "needs two leaves and a spine (the victim's route is pinned through spine1)"
+    return None
 
 
 def _flow(name: str, src: str, dst: str, **kw: Any) -> dict:
@@ -90,11 +126,12 @@ def _rocev2() -> list[Case]:
     return [
         Case("rocev2", "1", "Basic forwarding without congestion",
              "plan: one flow per port pair under line rate; here h1->h3 and h2->h4 across the "
-             "spines, 1 QP each, capped at 20 Mbit/s per QP, 4 s",
+             "spines, 1 QP each, capped at 4 Mbit/s (40% of a 10 Mbit/s link, so that the two "
+             "fit one uplink: topology 2 has one spine), 4 s",
              {"name": "conf-rocev2-1", "fabric": dict(FABRIC), "qos": pfc3,
               "endpoints": {"dcqcn": False}, "duration_s": 4, "settle_s": 1,
-              "flows": [_flow("h1-h3", "h1", "h3", qps=1, duration_s=3, rate_cap_mbps=20),
-                        _flow("h2-h4", "h2", "h4", qps=1, duration_s=3, rate_cap_mbps=20)]},
+              "flows": [_flow("h1-h3", "h1", "h3", qps=1, duration_s=3, rate_cap_mbps=4),
+                        _flow("h2-h4", "h2", "h4", qps=1, duration_s=3, rate_cap_mbps=4)]},
              (*BASE, *LOSSLESS, ("no PFC", c.no_pfc), TESTER_FRAMES)),
         Case("rocev2", "2", "Congestion control with PFC", INCAST_SCALING,
              _incast("conf-rocev2-2", pfc3, False),
@@ -116,7 +153,7 @@ def _rocev2() -> list[Case]:
              "and the spine pauses leaf2",
              _incast("conf-rocev2-5", pfc3, False),
              (*BASE, *LOSSLESS, ("PFC from congested leaf and upstream", c.pfc_on_switches(2)),
-              TESTER_PFC, TESTER_FRAMES)),
+              TESTER_PFC, TESTER_FRAMES), needs=_upstream),
         Case("rocev2", "6", "QP fairness with DCQCN",
              "plan: rank 0 and rank 1 QPs sharing a bottleneck, rates within 30%; here h3->h1 and "
              "h4->h1 (1 QP each) for 12 s with DCQCN, PFC as backstop",
@@ -134,7 +171,8 @@ def _rocev2() -> list[Case]:
              {"name": "conf-rocev2-7", "fabric": dict(FABRIC), "qos": pfc3,
               "endpoints": {"dcqcn": False}, "duration_s": 4, "settle_s": 1,
               "flows": [_flow("h1-h3", "h1", "h3", qps=16, duration_s=3)]},
-             (*BASE, ("ECMP members balanced", c.ecmp_balanced(MAX_ECMP_IMBALANCE)))),
+             (*BASE, ("ECMP members balanced", c.ecmp_balanced(MAX_ECMP_IMBALANCE))),
+             needs=_ecmp_members),
         Case("rocev2", "8", "Packet spray", na=(
             "needs per-packet load balancing in the switches (ECMP here hashes per flow) and "
             "an out-of-order receiver (the endpoint's Go-Back-N NAKs any gap)")),
@@ -196,10 +234,12 @@ def _pfcwd() -> list[Case]:
              (("faithful", c.faithful),
               ("storm detected within detection + polling",
                c.storm_detected_within(DETECT_LIMIT_S)),
-              ("queue restored after the storm", c.storm_restored), TESTER_PFC)),
+              ("queue restored after the storm", c.storm_restored), TESTER_PFC),
+             needs=_storm_path),
         Case("pfcwd", "off", "Watchdog disabled: no detection", STORM_SCALING + "; watchdog off",
              _storm("conf-pfcwd-off", {"enabled": False}),
-             (("faithful", c.faithful), ("no storm detected", c.no_storm_event))),
+             (("faithful", c.faithful), ("no storm detected", c.no_storm_event)),
+             needs=_storm_path),
     ]
 
 

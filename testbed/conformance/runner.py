@@ -71,7 +71,8 @@ def failed_run(case: Case, why: str, run_dir: str = "") -> list[ResultRow]:
 
 def write_results(out: Path, rows: list[ResultRow], cases: list[Case], fabric: str) -> None:
     """The folder's JUnit, Markdown and JSON files."""
-    scaling = {k.key: k.scaling for k in cases if k.na is None}
+    na = {f"{r.plan}.{r.case}" for r in rows if r.status == NA}
+    scaling = {k.key: k.scaling for k in cases if k.na is None and k.key not in na}
     (out / CONFORMANCE_JUNIT_FILE).write_text(junit_xml(rows))
     (out / CONFORMANCE_MD_FILE).write_text(markdown(rows, scaling, fabric))
     (out / CONFORMANCE_JSON_FILE).write_text(json.dumps(
@@ -91,8 +92,9 @@ def run_cases(cases: list[Case], out: Path, fabric: dict[str, Any],
     fabric_text = json.dumps(fabric) if fabric else "each case's own (2 spines, 2 leaves, 2 hosts)"
     (out / CONFORMANCE_CASES_DIR).mkdir(parents=True, exist_ok=True)
     for case in cases:
-        if case.na is not None:
-            new = [not_applicable(case, case.na)]
+        unfit = case.unfit(with_fabric(case, fabric).get("fabric") or {})
+        if case.na is not None or unfit is not None:
+            new = [not_applicable(case, case.na or f"on this fabric: {unfit}")]
         else:
             try:
                 sc = parse_scenario(with_fabric(case, fabric), case.key)
