@@ -260,8 +260,35 @@ class PfcConfig(_Strict):
         "overflow would be: the run's fidelity check says how far past the buffer a queue went.")
 
 
+#: Named QoS layouts (``qos.profile``): the fields each sets, which fields written beside it
+#: replace. ``sonic``: SONiC's default QoS template (sonic-buildimage's qos_config.j2, its
+#: DSCP_TO_TC_MAP "AZURE"), the layout sonic-mgmt's RoCEv2, PFC and PFC-watchdog test plans
+#: assume: lossless classes 3 and 4 (DSCP 3 and 4), lossy 0-2 (DSCP 8 to class 0, DSCP 5 to
+#: class 2, every other DSCP to class 1), DSCP 46 to class 5, CNPs in class 6 by DSCP 48, and
+#: WRED/ECN on both lossless queues.
+QOS_PROFILES: dict[str, dict] = {
+    "sonic": {"dscp_to_tc_map": {3: 3, 4: 4, 8: 0, 5: 2, 46: 5, DSCP_CNP: 6},
+              "default_tc": 1, "cnp_dscp": DSCP_CNP, "pfc_enable": [3, 4],
+              "ecn": {3: {}, 4: {}}},
+}
+
+
 class QosConfig(_Strict):
     """Classification, buffers, ECN and PFC, in SONiC's names."""
+
+    profile: Literal["sonic"] | None = Field(
+        None, description="A named QoS layout (QOS_PROFILES): `sonic` is SONiC's default "
+        "template as the test plans assume it: lossless classes 3 and 4 (DSCP 3 and 4), lossy "
+        "0-2, CNPs in class 6 by DSCP 48, ECN on 3 and 4. It sets dscp_to_tc_map, default_tc, "
+        "cnp_dscp, pfc_enable and ecn; any of them written beside it replaces the profile's.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_profile(cls, data: object) -> object:
+        """The profile's fields first, the ones the user wrote over them."""
+        if isinstance(data, dict) and data.get("profile") in QOS_PROFILES:
+            return {**QOS_PROFILES[data["profile"]], **data}
+        return data
 
     dscp_to_tc_map: dict[int, int] = Field(
         default_factory=lambda: {DSCP_ROCE: 3, DSCP_CNP: 6},

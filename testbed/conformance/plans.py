@@ -63,6 +63,13 @@ class Case:
 
 FABRIC = {"spines": 2, "leaves": 2, "hosts_per_leaf": 2}
 
+
+def _qos(pfc: list[int], ecn: list[int]) -> dict[str, Any]:
+    """The plans' queue layout (qos.profile sonic: data in DSCP 3, CNPs in class 6 by DSCP
+    48), with the lossless and ECN classes each case asks for; class 4 stays lossy unless a
+    case makes it lossless (each lossless class costs the agents a tick a port)."""
+    return {"profile": "sonic", "pfc_enable": pfc, "ecn": {tc: {} for tc in ecn}}
+
 #: The plans' topologies (sonic-mgmt's RoCEv2 test plan): 1, one switch with four tester
 #: ports; 2, two leaves joined by one spine, two tester ports on each. The cases' own fabric
 #: (FABRIC) is the testbed's leaf-spine with two spines, so that ECMP has members to balance.
@@ -122,7 +129,7 @@ INCAST_SCALING = ("plan: N:1 incast at 100G line rate; here 3:1 (h2, h3, h4 -> h
 
 
 def _rocev2() -> list[Case]:
-    pfc3 = {"pfc_enable": [3], "ecn": {}}
+    pfc3 = _qos([3], [])
     return [
         Case("rocev2", "1", "Basic forwarding without congestion",
              "plan: one flow per port pair under line rate; here h1->h3 and h2->h4 across the "
@@ -138,12 +145,12 @@ def _rocev2() -> list[Case]:
              (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)), TESTER_PFC,
               TESTER_FRAMES)),
         Case("rocev2", "3", "Congestion control with DCQCN", INCAST_SCALING + "; ECN, no PFC",
-             _incast("conf-rocev2-3", {"pfc_enable": [], "ecn": {3: {}}}, True),
+             _incast("conf-rocev2-3", _qos([], [3]), True),
              (*BASE, ("ECN-CE seen on class 3", c.ecn_marked),
               ("CNPs at every sender", c.cnps_every_sender), *TESTER_ECN)),
         Case("rocev2", "4", "Congestion control with PFC + ECN (storage traffic)",
              INCAST_SCALING + "; PFC and ECN on class 3, DCQCN",
-             _incast("conf-rocev2-4", {"pfc_enable": [3], "ecn": {3: {}}}, True),
+             _incast("conf-rocev2-4", _qos([3], [3]), True),
              (*BASE, *LOSSLESS, ("ECN-CE seen on class 3", c.ecn_marked),
               ("CNPs at every sender", c.cnps_every_sender), *TESTER_ECN, TESTER_PFC,
               TESTER_FRAMES)),
@@ -162,7 +169,7 @@ def _rocev2() -> list[Case]:
              "12 s and 0.72-0.86 over the last 10 s of 40 s; DCQCN alone gave 0.84-0.97 in 4 "
              "runs of 12 s, with no drop",
              {"name": "conf-rocev2-6", "fabric": dict(FABRIC),
-              "qos": {"pfc_enable": [], "ecn": {3: {}}}, "endpoints": {"dcqcn": True},
+              "qos": _qos([], [3]), "endpoints": {"dcqcn": True},
               "duration_s": 12, "settle_s": 1,
               "flows": [_flow("h3-h1", "h3", "h1", qps=1, duration_s=11),
                         _flow("h4-h1", "h4", "h1", qps=1, duration_s=11)]},
@@ -206,18 +213,18 @@ def _pfc() -> list[Case]:
             "headroom covers 42,354) and 64 packets were resent with none lost")),
         Case("pfc", "lossless", "Lossless class does not drop under congestion",
              INCAST_SCALING + "; PFC on class 3",
-             _incast("conf-pfc-lossless", {"pfc_enable": [3], "ecn": {}}, False),
+             _incast("conf-pfc-lossless", _qos([3], []), False),
              (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)), TESTER_PFC,
               TESTER_FRAMES)),
         Case("pfc", "lossy", "Lossy class is not paused",
              INCAST_SCALING + "; class 3 lossy (PFC off)",
-             _incast("conf-pfc-lossy", {"pfc_enable": [], "ecn": {}}, False),
+             _incast("conf-pfc-lossy", _qos([], []), False),
              (("faithful", c.faithful), ("no PFC on a lossy class", c.no_pfc))),
     ]
 
 
 def _storm(name: str, watchdog: dict) -> dict:
-    return {"name": name, "fabric": dict(FABRIC), "qos": {"pfc_enable": [3], "ecn": {}},
+    return {"name": name, "fabric": dict(FABRIC), "qos": _qos([3], []),
             "agent": {"pfc_watchdog": watchdog}, "endpoints": {"dcqcn": False},
             "duration_s": 8, "settle_s": 2,
             "routes": [{"switch": "leaf2", "prefix": "10.0.1.0/24", "via": "spine1"}],
