@@ -52,10 +52,10 @@ endpoints: {dcqcn: false}
 duration_s: 6
 settle_s: 1
 flows:
-  - {name: c3-h2, src: h2, dst: h1, tc: 3, qps: 1, message_bytes: 65536, duration_s: 2, start_s: 0.5}
-  - {name: c3-h3, src: h3, dst: h1, tc: 3, qps: 1, message_bytes: 65536, duration_s: 2, start_s: 0.5}
-  - {name: c4-h2, src: h2, dst: h1, tc: 4, qps: 1, message_bytes: 65536, duration_s: 2, start_s: 3.0}
-  - {name: c4-h4, src: h4, dst: h1, tc: 4, qps: 1, message_bytes: 65536, duration_s: 2, start_s: 3.0}
+  - {name: c3-h2, src: h2, dst: h1, tc: 3, message_bytes: 65536, duration_s: 2, start_s: 0.5}
+  - {name: c3-h3, src: h3, dst: h1, tc: 3, message_bytes: 65536, duration_s: 2, start_s: 0.5}
+  - {name: c4-h2, src: h2, dst: h1, tc: 4, message_bytes: 65536, duration_s: 2, start_s: 3.0}
+  - {name: c4-h4, src: h4, dst: h1, tc: 4, message_bytes: 65536, duration_s: 2, start_s: 3.0}
 """
 
 
