@@ -291,11 +291,13 @@ flows:
 HOG = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
 
 
-def _testbed_run(tmp_path: Path, limit: str, hogs: int) -> tuple[subprocess.CompletedProcess,
-                                                               dict, str]:
+def _testbed_run(tmp_path: Path, scenario: str, hogs: list[list[str]] | None = None
+                 ) -> tuple[subprocess.CompletedProcess, dict, str, list[str]]:
+    """`testbed run` of ``scenario`` beside the ``hogs`` (commands, killed after the run):
+    what it printed, its summary and report.md, and what each hog wrote to stderr."""
     sc = tmp_path / "sc.yaml"
-    sc.write_text(SCENARIO % limit)
-    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
+    sc.write_text(scenario)
+    procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE) for cmd in hogs or []]
     try:
         r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(sc), "--results",
                             str(tmp_path / "results")], capture_output=True, text=True,
@@ -303,16 +305,18 @@ def _testbed_run(tmp_path: Path, limit: str, hogs: int) -> tuple[subprocess.Comp
     finally:
         for p in procs:
             p.kill()
+    errs = [p.communicate()[1].decode() for p in procs]
     run_dir = next((tmp_path / "results").iterdir())
     return r, json.loads((run_dir / "summary.json").read_text()), \
-        (run_dir / "report.md").read_text()
+        (run_dir / "report.md").read_text(), errs
 
 
 @pytest.mark.bmv2
 def test_a_run_on_saturated_cores_is_flagged_everywhere(tmp_path: Path) -> None:
     """Two busy loops saturate both cores for the whole run; with a 0.3 s limit the guard must
     flag it in summary.json, in what `testbed run` prints, and at the top of report.md."""
-    r, summary, report = _testbed_run(tmp_path, "0.3", hogs=os.cpu_count() or 2)
+    hogs = [[sys.executable, "-c", HOG]] * (os.cpu_count() or 2)
+    r, summary, report, _ = _testbed_run(tmp_path, SCENARIO % "0.3", hogs)
     assert r.returncode == 0, r.stderr[-2000:]
     fid = summary["fidelity"]
     assert fid["ok"] is False, fid
@@ -324,7 +328,7 @@ def test_a_run_on_saturated_cores_is_flagged_everywhere(tmp_path: Path) -> None:
 
 @pytest.mark.bmv2
 def test_a_light_run_on_an_idle_machine_is_faithful(tmp_path: Path) -> None:
-    r, summary, report = _testbed_run(tmp_path, "1.0", hogs=0)
+    r, summary, report, _ = _testbed_run(tmp_path, SCENARIO % "1.0")
     assert r.returncode == 0, r.stderr[-2000:]
     assert summary["fidelity"]["ok"] is True, summary["fidelity"]["reasons"]
     assert "FIDELITY OK" in r.stderr and "FIDELITY OK" in report
@@ -362,23 +366,12 @@ def test_a_host_kept_from_its_core_in_slices_is_flagged(tmp_path: Path) -> None:
     """Steal in slices (a quarter of every core's time) leaves every switch-side check
     passing while a line-rate sender's NIC idles whenever its process is away: what it sends
     is the host CPU's result. host_lag must say so, with the share it measured."""
-    sc = tmp_path / "sc.yaml"
-    sc.write_text(STOLEN)
-    hogs = [subprocess.Popen([sys.executable, "-c", STEAL, str(c)], stderr=subprocess.PIPE)
-            for c in sorted(os.sched_getaffinity(0))]
-    try:
-        r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(sc), "--results",
-                            str(tmp_path / "results")], capture_output=True, text=True,
-                           timeout=180, cwd=REPO, env={**os.environ, "COLUMNS": "200"})
-    finally:
-        for p in hogs:
-            p.kill()
-    for p in hogs:  # a hog that could not take its core proves nothing
-        err = p.communicate()[1].decode()
+    hogs = [[sys.executable, "-c", STEAL, str(c)] for c in sorted(os.sched_getaffinity(0))]
+    r, summary, _, errs = _testbed_run(tmp_path, STOLEN, hogs)
+    for err in errs:  # a hog that could not take its core proves nothing
         assert "Error" not in err, err
     assert r.returncode == 0, r.stderr[-2000:]
-    run_dir = next((tmp_path / "results").iterdir())
-    fid = json.loads((run_dir / "summary.json").read_text())["fidelity"]
+    fid = summary["fidelity"]
     lag = next(c for c in fid["checks"] if c["name"] == "host_lag")
     assert lag["status"] == "failed" and lag["value"] > lag["limit"], lag
     assert "FIDELITY NOT OK" in r.stderr and "its endpoint's process late" in r.stderr

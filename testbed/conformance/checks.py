@@ -196,22 +196,29 @@ def _tester(summary: Summary) -> dict | None:
     return summary.get("tester")
 
 
-def tester_pfc_matches(tc: int) -> CheckFn:
-    """"PFC seen on queue ``tc`` matching the tester's PFC counter": for every host, the PFC
-    frames of class ``tc`` its leaf port sent it equal those the host received, and those the
-    host sent equal those the port received; at least one frame. Tolerance 0: both sides are
-    read after the traffic stopped, and PFC frames take no queue a pause could hold."""
+def _counts_match(tc: int, compare: Callable[[dict, int], tuple[int, int, list[str]]],
+                  what: str) -> CheckFn:
+    """The tester's count of ``what`` in class ``tc`` equal to its host ports', host by host
+    (``compare``: the two sums and each host that differs); at least one counted."""
     bound = "switch = tester on every host port (tolerance 0), >= 1 frame"
 
     def check(summary: Summary) -> Outcome:
         tester = _tester(summary)
         if tester is None:
             return Outcome(False, "the tester's counters were not written", bound)
-        switch, seen, wrong = pfc_mismatches(tester, tc)
-        said = f"class {tc}: switch ports {switch}, tester {seen} PFC frames"
+        switch, seen, wrong = compare(tester, tc)
+        said = f"class {tc}: switch ports {switch}, tester {seen} {what}"
         return Outcome(not wrong and switch >= 1,
                        said + (f"; {'; '.join(wrong)}" if wrong else ""), bound)
     return check
+
+
+def tester_pfc_matches(tc: int) -> CheckFn:
+    """"PFC seen on queue ``tc`` matching the tester's PFC counter": for every host, the PFC
+    frames of class ``tc`` its leaf port sent it equal those the host received, and those the
+    host sent equal those the port received; at least one frame. Tolerance 0: both sides are
+    read after the traffic stopped, and PFC frames take no queue a pause could hold."""
+    return _counts_match(tc, pfc_mismatches, "PFC frames")
 
 
 def tester_frames_match(tc: int) -> CheckFn:
@@ -219,17 +226,7 @@ def tester_frames_match(tc: int) -> CheckFn:
     every data, ACK/NAK and CNP frame a host sent in class ``tc`` its leaf port received, and
     every one the port sent the host arrived. Tolerance 0: with PFC nothing is lost between
     the two counts, and both are read after the traffic stopped and the queues drained."""
-    bound = "switch = tester on every host port (tolerance 0), >= 1 frame"
-
-    def check(summary: Summary) -> Outcome:
-        tester = _tester(summary)
-        if tester is None:
-            return Outcome(False, "the tester's counters were not written", bound)
-        switch, seen, wrong = frame_mismatches(tester, tc)
-        said = f"class {tc}: switch ports {switch}, tester {seen} frames"
-        return Outcome(not wrong and switch >= 1,
-                       said + (f"; {'; '.join(wrong)}" if wrong else ""), bound)
-    return check
+    return _counts_match(tc, frame_mismatches, "frames")
 
 
 def tester_ce(tc: int) -> CheckFn:
