@@ -137,13 +137,17 @@ def test_captures_hold_roce_data_acks_cnps_and_pfc(tmp_path: Path) -> None:
 def test_lossy_run_capture_shows_naks(tmp_path: Path) -> None:
     """PFC off, no ECN: leaf1's uplink queue overflows, the receiver sees a gap in the PSNs
     and answers with a NAK (Go-Back-N), which the sender's capture holds. A sender whose
-    whole first window is dropped hears nothing back and waits out its retransmission timer:
-    at the default (4.2 s at 10 Mbit/s) that is past this 3 s run, and the run then showed
-    no NAK at h1 (its windows lost whole, or h2's instead of its own). So these senders use
-    a Local ACK Timeout of n = 5 (0.52 s here), as the watchdog scenarios do."""
+    whole window is dropped hears nothing back and waits out its retransmission timer: at the
+    default (4.2 s at 10 Mbit/s) that is past this 3 s run, so these senders use a Local ACK
+    Timeout of n = 5 (0.52 s here), as the watchdog scenarios do. The overflow alone drops a
+    window's tail, and the packets behind it find the queue as full: one run here had 10
+    timeouts and 1 NAK over 4 QPs, none of them h1's. So h3's NIC also loses 2% of arrivals
+    (rx_loss, seeded): a lost packet with more of its window behind it is a gap, NAKed."""
     need_tshark()
     lossy = {**INCAST, "qos": {"pfc_enable": [], "ecn": {}, "buffer_bytes": 20000},
-             "endpoints": {"dcqcn": False, "local_ack_timeout": 5}, "capture": ["h1"]}
+             "endpoints": {"dcqcn": False, "local_ack_timeout": 5}, "capture": ["h1"],
+             "faults": [{"at_s": 0, "host": "h3", "mode": "rx_loss", "rate": 0.02,
+                         "seed": 1}]}
     res = run_scenario(parse_scenario(lossy), tmp_path, progress=lambda _m: None)
     pcap = res.results_dir / "captures" / "h1.pcap"
     syndromes = tshark(pcap, ["infiniband.aeth.syndrome.opcode"], "infiniband.aeth")
