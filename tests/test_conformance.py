@@ -281,8 +281,8 @@ def test_the_plans_topologies_leave_out_only_the_cases_they_cannot_carry() -> No
 def test_cli_topology_lists_what_does_not_fit_and_refuses_two_shapes(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["conformance", "--topology", "2", "--list"])
     assert res.exit_code == 0
-    assert "rocev2.7 Hashing and load balancing: N/A (needs two or more equal-cost uplinks" \
-        in " ".join(res.output.split())
+    assert ("rocev2.7 Hashing and load balancing: N/A (on this fabric: needs two or more "
+            "equal-cost uplinks") in " ".join(res.output.split())
     res = CliRunner().invoke(app, ["conformance", "--topology", "3", "--list"])
     assert res.exit_code == 2 and "--topology 3: no such topology; choose 1 or 2" in res.output
     f = tmp_path / "f.yaml"

@@ -38,7 +38,7 @@ def conformance(
 ) -> None:
     """Run the test plans' cases; exit 0 only when every applicable expected result passed."""
     from testbed.conformance.plans import TOPOLOGIES, SelectionError, select
-    from testbed.conformance.runner import read_fabric, run_cases, with_fabric
+    from testbed.conformance.runner import na_reason, read_fabric, run_cases
 
     try:
         cases = select(plan, case)
@@ -57,7 +57,7 @@ def conformance(
         overrides = {"fabric": dict(TOPOLOGIES[topology]), **overrides}
     if list_:
         for k in cases:
-            why = k.na or k.unfit(with_fabric(k, overrides).get("fabric") or {})
+            why = na_reason(k, overrides)
             say(f"{k.key} {k.title}: " + (f"N/A ({why})" if why else k.scaling))
         return
     folder = out or Path("results") / f"conformance-{datetime.now():%Y%m%d-%H%M%S}"

@@ -49,6 +49,15 @@ def with_fabric(case: Case, fabric: dict[str, Any]) -> dict[str, Any]:
     return sc
 
 
+def na_reason(case: Case, fabric: dict[str, Any]) -> str | None:
+    """Why ``case`` is not applicable on the fabric (its ``na``, or what the shape the
+    --fabric sections give it lacks), or None: it runs."""
+    if case.na is not None:
+        return case.na
+    unfit = case.unfit(with_fabric(case, fabric).get("fabric") or {})
+    return None if unfit is None else f"on this fabric: {unfit}"
+
+
 def evaluate(case: Case, summary: dict[str, Any], run_dir: str = "") -> list[ResultRow]:
     """Each expected result of ``case`` judged on a run's summary."""
     rows = []
@@ -92,9 +101,9 @@ def run_cases(cases: list[Case], out: Path, fabric: dict[str, Any],
     fabric_text = json.dumps(fabric) if fabric else "each case's own (2 spines, 2 leaves, 2 hosts)"
     (out / CONFORMANCE_CASES_DIR).mkdir(parents=True, exist_ok=True)
     for case in cases:
-        unfit = case.unfit(with_fabric(case, fabric).get("fabric") or {})
-        if case.na is not None or unfit is not None:
-            new = [not_applicable(case, case.na or f"on this fabric: {unfit}")]
+        why = na_reason(case, fabric)
+        if why is not None:
+            new = [not_applicable(case, why)]
         else:
             try:
                 sc = parse_scenario(with_fabric(case, fabric), case.key)
