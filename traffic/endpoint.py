@@ -165,7 +165,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
             self.stats.send_errors += 1
             log.debug("send failed: %s", exc)
         self.nic_free_at = paced(self.nic_free_at, self.now() if now is None else now,
-                                  len(frame) * self._byte_s)
+                                 len(frame) * self._byte_s)
 
     # -- receive ------------------------------------------------------------------------
     def _expected_payload_crc(self, p: ParsedRoce) -> int | None:
