@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -104,6 +105,19 @@ def test_host_lag_applies_only_where_the_hosts_pace_their_frames() -> None:
     assert tcp["ok"] and "host_lag" not in {c["name"] for c in tcp["checks"]}
     roce = assess(replace(GOOD, host_lag_pct=None), BUDGET)
     assert not roce["ok"] and roce["unknown"] == ["host_lag"]
+
+
+def test_host_lag_says_which_host_how_long_and_what_steal_took() -> None:
+    """A lagging host's verdict tells a stolen machine from a busy one: the host, its longest
+    wait, and the steal over the run (or that steal was not recorded)."""
+    fig = replace(GOOD, host_lag_pct=3.71, host_lag_host="h2", host_lag_longest_ms=41.24,
+                  steal_pct=4.12, steal_peak_pct=18.0)
+    (reason,) = assess(fig, BUDGET)["reasons"]
+    assert reason.startswith("h2's NIC stood idle 3.71% of the time it had a frame due (its "
+                             "longest wait 41 ms)")
+    assert reason.endswith("steal took 4.1% of the cores over the run, up to 18%")
+    (reason,) = assess(replace(fig, steal_pct=None, steal_peak_pct=None), BUDGET)["reasons"]
+    assert reason.endswith("; steal was not recorded")
 
 
 def test_a_missing_verdict_is_not_faithful() -> None:
@@ -375,3 +389,6 @@ def test_a_host_kept_from_its_core_in_slices_is_flagged(tmp_path: Path) -> None:
     lag = next(c for c in fid["checks"] if c["name"] == "host_lag")
     assert lag["status"] == "failed" and lag["value"] > lag["limit"], lag
     assert "FIDELITY NOT OK" in r.stderr and "its endpoint's process late" in r.stderr
+    # the sender, late past its pacers' 5 ms slack at least once: a wait the slices explain
+    wait = re.search(r"^h1's NIC stood idle .* \(its longest wait (\d+) ms\)", lag["reason"])
+    assert wait and 5 < int(wait[1]) < 100, lag["reason"]

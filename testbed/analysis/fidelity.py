@@ -85,6 +85,8 @@ class Figures:
     bmv2_stall_us: int | None = None  # the longest a switch took to answer its agent
     agent_reaction_us: int | None = None
     host_lag_pct: float | None = None  # the most line-rate time a host lost to its lateness
+    host_lag_host: str | None = None  # which host that was
+    host_lag_longest_ms: float | None = None  # and the longest it came late to a frame
     #: The endpoints pace their own frames (RoCE); False in mode tcp: host_lag does not apply.
     hosts_pace: bool = True
     cpu_saturated_s: float | None = None
@@ -170,14 +172,29 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
         "a switch agent took {v} us to apply a PFC frame (pause or resume), beyond the {lim} "
         "us reaction "
         "time the headroom is sized for (qos.pfc.reaction_ms)")
-    add("host_lag", fig.host_lag_pct, budget.host_lag_pct,
-        "a host's NIC stood idle {v}% of the time it had a frame due, its endpoint's process "
-        "late beyond what its pacers repay (limit {lim}%, fidelity.host_lag_pct): the host's "
-        "CPU, not the protocol, set what it sent")
+    add("host_lag", fig.host_lag_pct, budget.host_lag_pct, _host_lag_reason(fig))
     add("cpu_saturated", fig.cpu_saturated_s, budget.cpu_saturated_s,
         "every CPU core was busy for {v} s at a stretch (limit {lim} s, "
         "fidelity.cpu_saturated_s): timings were not the emulation's own")
     return out
+
+
+def _host_lag_reason(fig: Figures) -> str:
+    """host_lag's reason, with what tells a busy machine from a stolen one: which host, its
+    longest wait, and the steal over the run (a hypervisor's theft stalls a process whatever
+    the fabric's load; the fabric's own load shows no steal)."""
+    who = f"{fig.host_lag_host}'s" if fig.host_lag_host else "a host's"
+    longest = ("" if fig.host_lag_longest_ms is None
+               else f" (its longest wait {fig.host_lag_longest_ms:.0f} ms)")
+    if fig.steal_pct is None:
+        steal = "steal was not recorded"
+    else:
+        peak = "" if fig.steal_peak_pct is None else f", up to {fig.steal_peak_pct:.0f}%"
+        steal = f"steal took {fig.steal_pct:.1f}% of the cores over the run{peak}"
+    return (who + " NIC stood idle {v}% of the time it had a frame due" + longest + ", its "
+            "endpoint's process late beyond what its pacers repay (limit {lim}%, "
+            "fidelity.host_lag_pct): the host's CPU, not the protocol, set what it sent; "
+            + steal)
 
 
 def assess(fig: Figures, budget: Budgets) -> dict:

@@ -40,11 +40,13 @@ class EndpointPool:
         self.host_loss: int | None = 0
         self.host_loss_unknown: str | None = None
         #: The largest share (percent) of a host's active time its NIC stood idle with a frame
-        #: due, its process late beyond the pacers' slack (traffic.pacing), and which host;
-        #: None when an endpoint did not answer or does not measure it (mode tcp).
+        #: due, its process late beyond the pacers' slack (traffic.pacing); None when an
+        #: endpoint did not answer or the endpoints do not measure it.
         self.host_lag_pct: float | None = None
-        self.host_lag_host: str | None = None
-        #: The endpoints pace their own frames (RoCE); False with ``--transport tcp``.
+        self.host_lag_host: str | None = None  # the host of that share
+        self.host_lag_longest_ms: float | None = None  # and the longest it came late
+        #: The endpoints pace their own frames and measure their lateness (RoCE); False when
+        #: none of them does (mode tcp: the kernel sends), as their stats say.
         self.hosts_pace = True
 
     def socket(self, host: str) -> Path:
@@ -65,9 +67,6 @@ class EndpointPool:
         from traffic.client import EndpointClient
 
         self.out.mkdir(parents=True, exist_ok=True)
-        args = extra_args or []
-        self.hosts_pace = not any(a == "--transport" and b == "tcp"
-                                  for a, b in zip(args, args[1:], strict=False))
         for h in self.topo.hosts:
             sock = self.socket(h.name)
             with open(self.out / f"{h.name}{LOG_SUFFIX}", "w") as log:
@@ -95,6 +94,7 @@ class EndpointPool:
             return
         lost = 0
         shares: dict[str, float | None] = {}
+        longest: dict[str, float] = {}
         for host, c in self.clients.items():
             try:
                 st = c.call(cmd="stats")["stats"]
@@ -105,11 +105,22 @@ class EndpointPool:
                 return
             lost += st.get("rx_socket_drops", 0) + st.get("send_errors", 0)
             shares[host] = lost_share(st)
+            longest[host] = st.get("late_max_s") or 0.0
         if self.host_loss is not None:
             self.host_loss += lost
-        if self.hosts_pace and None not in shares.values():
-            self.host_lag_host = max(shares, key=lambda h: shares[h] or 0.0)
-            self.host_lag_pct = round(100 * (shares[self.host_lag_host] or 0.0), 2)
+        measured = {h: v for h, v in shares.items() if v is not None}
+        self.hosts_pace = bool(measured)  # none measures it: none paces (mode tcp)
+        if len(measured) == len(shares):  # else one did not say: unknown
+            worst = max(measured, key=lambda h: measured[h])
+            self.host_lag_pct = round(100 * measured[worst], 2)
+            self.host_lag_host = worst
+            self.host_lag_longest_ms = round(1000 * longest[worst], 1)
+
+    def host_lag(self) -> dict:
+        """The hosts' lag as the run's verdict takes it (``write_telemetry_summary``)."""
+        return {"host_lag_pct": self.host_lag_pct, "hosts_pace": self.hosts_pace,
+                "host_lag_host": self.host_lag_host,
+                "host_lag_longest_ms": self.host_lag_longest_ms}
 
     def stop(self) -> None:
         """Read the host loss, then ask each endpoint to stop, and wait for it."""

@@ -206,8 +206,7 @@ class Fabric:
             if had_agents:
                 self.run.write_telemetry_summary(self.host_loss,
                                                  self.endpoint_pool.host_loss_unknown,
-                                                 host_lag_pct=self.endpoint_pool.host_lag_pct,
-                                                 hosts_pace=self.endpoint_pool.hosts_pace)
+                                                 **self.endpoint_pool.host_lag())
             for s in self.sessions.values():
                 s.close()
             self.sessions = {}

@@ -179,12 +179,14 @@ class Run:
     def write_telemetry_summary(self, host_loss: int | None,
                                 host_loss_unknown: str | None = None, *,
                                 host_lag_pct: float | None = None,
-                                hosts_pace: bool = True) -> None:
+                                hosts_pace: bool = True, host_lag_host: str | None = None,
+                                host_lag_longest_ms: float | None = None) -> None:
         """telemetry/summary.json beside the agents' CSVs, with the fidelity guard's verdict:
         a failed run keeps it too. ``host_loss``: what the endpoints lost at their sockets
         (None: unknown, ``host_loss_unknown`` says why); ``host_lag_pct``: the most line-rate
         time a host lost to its own lateness (None: unknown, for the same reason), unless the
-        hosts do not pace their frames (``hosts_pace`` False: mode tcp). When the figures
+        hosts do not pace their frames (``hosts_pace`` False: mode tcp); which host, and the
+        longest it came late, for the verdict's words. When the figures
         cannot be gathered at all, the file still says so: a verdict that is not ok, with why."""
         from testbed.analysis.deadlock import fidelity_figures, telemetry_summary
         from testbed.analysis.fidelity import assess, unmade
@@ -203,7 +205,8 @@ class Run:
                                     pipeline_drops=self.pipeline_drops,
                                     switches=[s.name for s in self.topo.switches],
                                     host_lag_pct=host_lag_pct,
-                                    hosts_pace=hosts_pace,
+                                    hosts_pace=hosts_pace, host_lag_host=host_lag_host,
+                                    host_lag_longest_ms=host_lag_longest_ms,
                                     unmeasured=why)
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a killed agent's half CSV
