@@ -410,3 +410,51 @@ def test_a_value_too_wide_is_refused() -> None:
         encode(512, 9)
     with pytest.raises(ValueError):
         encode(-1, 8)
+
+
+def test_a_reroute_makes_before_it_breaks() -> None:
+    """Taking spine1-leaf1 down and back, as spine1 sees it: the new members and groups go in
+    beside the old (the other ID range), routes to prefixes spine1 reaches only now go in with
+    them, every route it keeps is modified in place (never deleted and re-inserted), and only
+    the routes to prefixes it no longer reaches and the old members and groups are deleted,
+    groups before the members they hold."""
+    from testbed.control.reroute import ROUTING_ID_SPAN, plan_reroute
+
+    b = EntryBuilder(load_p4info())
+    topo = topo_of(spines=2, leaves=2, hosts_per_leaf=1, parallel_links=2)  # groups to leaves
+    spine1 = topo.switch("spine1")
+    leaf1_net = str(host_subnet(1))
+    before = routing_entries(b, compute_routes(topo, spine1), 0)
+    down = routing_entries(b, compute_routes(topo, spine1, frozenset(
+        link_ends(topo, "spine1", "leaf1"))), ROUTING_ID_SPAN)
+
+    def prefixes(ents) -> set[str]:
+        return {str(ipaddress.IPv4Network((int.from_bytes(e.table_entry.match[0].lpm.value,
+                                                          "big"),
+                                           e.table_entry.match[0].lpm.prefix_len)))
+                for e in ents if e.HasField("table_entry")}
+
+    def ids(ents) -> set[int]:
+        return {e.action_profile_member.member_id or e.action_profile_group.group_id
+                for e in ents if not e.HasField("table_entry")}
+
+    plan = plan_reroute(before, down)
+    assert prefixes(before) - prefixes(down) == {leaf1_net}  # spine1's only way to leaf1
+    assert prefixes(plan.grow) == set() and ids(plan.grow) == ids(down)
+    assert min(ids(down)) > ROUTING_ID_SPAN > max(ids(before))  # beside, not over, the old
+    assert prefixes(plan.switch) == prefixes(down)  # kept routes: modified in place
+    assert all(e.table_entry.action.action_profile_member_id > ROUTING_ID_SPAN
+               or e.table_entry.action.action_profile_group_id > ROUTING_ID_SPAN
+               for e in plan.switch)
+    assert prefixes(plan.prune_routes) == {leaf1_net}
+    assert ids(plan.prune_profiles) == ids(before)
+    gone: list[int] = []  # each group goes before every member it holds
+    for e in plan.prune_profiles:
+        if e.HasField("action_profile_group"):
+            held = {m.member_id for m in e.action_profile_group.members}
+            assert held and not held & set(gone)
+        else:
+            gone.append(e.action_profile_member.member_id)
+    assert any(e.HasField("action_profile_group") for e in plan.prune_profiles)
+    back = plan_reroute(down, routing_entries(b, compute_routes(topo, spine1), 0))
+    assert prefixes(back.grow) == {leaf1_net} and not back.prune_routes

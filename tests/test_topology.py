@@ -178,12 +178,25 @@ def test_rerouter_fails_just_that_link() -> None:
             return lambda *a, **k: (name, a, k)
 
     t = topo_of(spines=2, leaves=2, hosts_per_leaf=1, parallel_links=2)
-    told: list[str] = []
-    sessions = {s.name: SimpleNamespace(reroute=lambda _routing, n=s.name: told.append(n) or True)
-                for s in t.switches}
+    told: list[tuple[str, str]] = []
+
+    def session(n: str) -> SimpleNamespace:
+        def stage(routing_at) -> bool:
+            routing_at(0)  # entities from the rerouter's own builder
+            told.append(("stage", n))
+            return n != "spine2"  # spine2's routes did not change: nothing staged
+        return SimpleNamespace(stage=stage, **{step: lambda s=step: told.append((s, n))
+                                               for step in ("grow", "switch_over", "prune")})
+
+    sessions = {s.name: session(s.name) for s in t.switches}
     rr = Rerouter(t, builder=AnyBuilder())  # its own builder: none is borrowed from a session
-    assert rr.set_link(sessions, "spine1", "leaf1", False, 2) == [s.name for s in t.switches]
+    rr.drain_s = 0.0
+    changed = [s.name for s in t.switches if s.name != "spine2"]
+    assert rr.set_link(sessions, "spine1", "leaf1", False, 2) == changed
     assert rr.down_links == link_ends(t, "spine1", "leaf1", 2)
+    # make before break, fabric-wide: every switch grows, then every one switches over, then
+    # every one prunes the old
+    assert told == [("stage", s.name) for s in t.switches] + [
+        (step, n) for step in ("grow", "switch_over", "prune") for n in changed]
     rr.set_link(sessions, "spine1", "leaf1", True)
     assert rr.down_links == set()
-    assert told == [s.name for s in t.switches] * 2

@@ -204,8 +204,11 @@ def build_switch_program(
     return SwitchProgram(modify=modify, insert=insert, routing=routing_entries(b, routes))
 
 
-def routing_entries(b: EntryBuilder, routes: list[Route]) -> list[p4runtime_pb2.Entity]:
-    """ECMP members and groups, then the LPM routes that use them."""
+def routing_entries(b: EntryBuilder, routes: list[Route],
+                    id_base: int = 0) -> list[p4runtime_pb2.Entity]:
+    """ECMP members and groups, then the LPM routes that use them; the members' and groups'
+    IDs count from ``id_base`` + 1 (a reroute writes the new ones beside the old:
+    testbed.control.reroute)."""
     profile = f"{INGRESS}.ecmp_selector"
     table = f"{INGRESS}.ipv4_route"
     insert: list[p4runtime_pb2.Entity] = []
@@ -217,7 +220,7 @@ def routing_entries(b: EntryBuilder, routes: list[Route]) -> list[p4runtime_pb2.
         for nh in r.nexthops:
             key = (nh.port, nh.smac, nh.dmac)
             if key not in members:
-                members[key] = len(members) + 1
+                members[key] = id_base + len(members) + 1
                 insert.append(b.member(profile, members[key], b.action(
                     f"{INGRESS}.set_nexthop", port=nh.port, smac=mac_to_int(nh.smac),
                     dmac=mac_to_int(nh.dmac))))
@@ -228,7 +231,7 @@ def routing_entries(b: EntryBuilder, routes: list[Route]) -> list[p4runtime_pb2.
         else:
             gkey = tuple(mids)
             if gkey not in groups:
-                groups[gkey] = len(groups) + 1
+                groups[gkey] = id_base + len(groups) + 1
                 insert.append(b.group(profile, groups[gkey], mids, max_size=max(len(mids), 1)))
             route_entries.append(b.lpm_entry(table, "hdr.ipv4.dst_addr", r.prefix,
                                              group_id=groups[gkey]))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import grpc
@@ -31,6 +32,7 @@ from testbed.control.entries import (
     load_p4info,
     routing_entries,
 )
+from testbed.control.reroute import DRAIN_S, ReroutePlan, other_base, plan_reroute
 from testbed.topology.graph import Switch, Topology, compute_routes, link_ends
 
 
@@ -66,6 +68,8 @@ class SwitchSession:
         self.builder = builder
         self.client: P4RuntimeClient | None = None
         self.routing: list[p4runtime_pb2.Entity] = []  # as programmed now
+        self.routing_base = 0  # the ID range of its members and groups (testbed.control.reroute)
+        self._staged: tuple[ReroutePlan, list[p4runtime_pb2.Entity]] | None = None
 
     def connect(self) -> None:
         try:
@@ -101,17 +105,38 @@ class SwitchSession:
         self.write(program.modify, p4runtime_pb2.Update.MODIFY)
         self.routing = program.routing
 
-    def reroute(self, routing: list[p4runtime_pb2.Entity]) -> bool:
-        """Replace the switch's routing (routes, then groups and members, out; the new ones in).
-        Returns whether anything changed. Packets that arrive in the few milliseconds between
-        the two writes find no route and are counted as such."""
-        if [e.SerializeToString() for e in routing] == \
+    def stage(self, routing_at: Callable[[int], list[p4runtime_pb2.Entity]]) -> bool:
+        """Prepare the move to a new routing (``routing_at(base)``: its entities with member
+        and group IDs from ``base``), to be written by :meth:`grow`, :meth:`switch_over` and
+        :meth:`prune` (testbed.control.reroute). False, and nothing staged, when the switch
+        already routes so."""
+        same = routing_at(self.routing_base)
+        if [e.SerializeToString() for e in same] == \
                 [e.SerializeToString() for e in self.routing]:
+            self._staged = None
             return False
-        self.write(self.routing[::-1], p4runtime_pb2.Update.DELETE)
-        self.write(routing, p4runtime_pb2.Update.INSERT)
-        self.routing = routing
+        new = routing_at(other_base(self.routing_base))
+        self._staged = (plan_reroute(self.routing, new), new)
         return True
+
+    def grow(self) -> None:
+        """Step 1: the new members and groups beside the old, and routes to new prefixes."""
+        assert self._staged is not None
+        self.write(self._staged[0].grow, p4runtime_pb2.Update.INSERT)
+
+    def switch_over(self) -> None:
+        """Step 2: each route moved to its new members or group, one write a route."""
+        assert self._staged is not None
+        self.write(self._staged[0].switch, p4runtime_pb2.Update.MODIFY)
+
+    def prune(self) -> None:
+        """Step 4: the routes to prefixes no longer reached, then the old groups and members."""
+        assert self._staged is not None
+        plan, new = self._staged
+        self.write(plan.prune_routes, p4runtime_pb2.Update.DELETE)
+        self.write(plan.prune_profiles, p4runtime_pb2.Update.DELETE)
+        self.routing, self.routing_base = new, other_base(self.routing_base)
+        self._staged = None
 
     def read_counter(self, name: str,
                      indices: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
@@ -196,18 +221,30 @@ class Rerouter:
         self.topo = topo
         self.builder = builder if builder is not None else EntryBuilder(load_p4info(p4info))
         self.down_links: set[tuple[str, int]] = set()  # (switch, port) ends of failed links
+        self.drain_s = DRAIN_S  # between switching the routes over and pruning the old
 
     def set_link(self, sessions: dict[str, SwitchSession], a: str, b: str, up: bool,
                  index: int | None = None) -> list[str]:
         """Links between switches ``a`` and ``b`` fail or come back (all parallel links of the
         pair, or the ``index``-th, 1-based): every switch's routing converges to the fabric
-        without the failed links. Returns the switches whose routes changed."""
+        without the failed links, made before broken across the whole fabric, each step on
+        every switch before the next (testbed.control.reroute), so that no packet finds no
+        route. Returns the switches whose routes changed."""
         ends = link_ends(self.topo, a, b, index)
         self.down_links = (self.down_links - ends) if up else (self.down_links | ends)
-        changed = []
+        down = frozenset(self.down_links)
+        staged = []
         for sw in self.topo.switches:
-            routing = routing_entries(self.builder, compute_routes(self.topo, sw,
-                                                                   frozenset(self.down_links)))
-            if sessions[sw.name].reroute(routing):
-                changed.append(sw.name)
-        return changed
+            routes = compute_routes(self.topo, sw, down)
+            if sessions[sw.name].stage(
+                    lambda base, routes=routes: routing_entries(self.builder, routes, base)):
+                staged.append(sw.name)
+        for name in staged:
+            sessions[name].grow()
+        for name in staged:
+            sessions[name].switch_over()
+        if staged:
+            time.sleep(self.drain_s)  # what the old paths hold goes on through them meanwhile
+        for name in staged:
+            sessions[name].prune()
+        return staged
