@@ -128,6 +128,44 @@ def test_hashing_fails_a_polarized_stage() -> None:
     assert not c.ecmp_balanced(1.5)(s).ok
 
 
+def _failover_summary(down: dict[str, float], back: dict[str, float]) -> dict:
+    """leaf1's uplinks before spine1's went down (3 Mbit/s each), while down, and after."""
+    def phase(mbps: dict[str, float], **fault) -> dict:
+        return {**fault, "from_s": 0.0, "to_s": 1.0,
+                "mbps": {**mbps, "spine1->leaf2": 9.0, "leaf2->spine1": 0.01}}
+    link = {"link": ["leaf1", "spine1"]}
+    s = summary()
+    s["headline"]["link_phases"] = [
+        phase({"leaf1->spine1": 3.0, "leaf1->spine2": 3.0}),
+        phase(down, **link, up=False), phase(back, **link, up=True)]
+    return s
+
+
+def test_failover_needs_the_link_used_then_empty_then_used_again() -> None:
+    moved = {"leaf1->spine1": 0.0, "leaf1->spine2": 6.0}
+    back = {"leaf1->spine1": 3.0, "leaf1->spine2": 3.0}
+    good = _failover_summary(moved, back)
+    assert c.failed_over("leaf1", "spine1")(good).ok and c.moved_back("leaf1", "spine1")(good).ok
+    out = c.failed_over("leaf1", "spine1")(good)
+    assert out.measured == ("leaf1->spine1 3.00 then 0.00 Mbit/s; leaf1's other links 3.00 "
+                            "then 6.00 Mbit/s")
+    # the failed link still carrying, or the others not taking its share: not a failover
+    for down in ({"leaf1->spine1": 0.5, "leaf1->spine2": 5.5},
+                 {"leaf1->spine1": 0.0, "leaf1->spine2": 3.0}):
+        assert not c.failed_over("leaf1", "spine1")(_failover_summary(down, back)).ok
+    # a link that never carried anything shows no failover
+    idle = _failover_summary(moved, back)
+    idle["headline"]["link_phases"][0]["mbps"] = {"leaf1->spine1": 0.0, "leaf1->spine2": 6.0}
+    assert not c.failed_over("leaf1", "spine1")(idle).ok
+    # the traffic staying away after the link came back, or lost on the way
+    for after in ({"leaf1->spine1": 0.0, "leaf1->spine2": 6.0},
+                  {"leaf1->spine1": 1.0, "leaf1->spine2": 1.0}):
+        assert not c.moved_back("leaf1", "spine1")(_failover_summary(moved, after)).ok
+    # a run without the phases (no link fault, an older summary) fails, never passes
+    assert not c.failed_over("leaf1", "spine1")(summary()).ok
+    assert not c.moved_back("leaf1", "spine1")(summary()).ok
+
+
 def _storm_summary(detected_at: float | None, restored: bool) -> dict:
     events = []
     if detected_at is not None:
@@ -259,7 +297,8 @@ def test_cli_lists_cases_with_na_reasons() -> None:
 def test_the_plans_topologies_leave_out_only_the_cases_they_cannot_carry() -> None:
     """Topology 1 (one switch) has no upstream for PFC to spread to, no ECMP and no spine for
     the storm cases' pinned route; topology 2 (one spine) has no second uplink to balance
-    over. Every other case fits, and its scenario parses on the topology's shape."""
+    over or to fail over to. Every other case fits, and its scenario parses on the topology's
+    shape."""
     from testbed.conformance.plans import TOPOLOGIES
 
     def unfit(topo: str) -> set[str]:
@@ -273,8 +312,8 @@ def test_the_plans_topologies_leave_out_only_the_cases_they_cannot_carry() -> No
                     out.add(k.key)
         return out
 
-    assert unfit("1") == {"rocev2.5", "rocev2.7", "pfcwd.storm", "pfcwd.off"}
-    assert unfit("2") == {"rocev2.7"}
+    assert unfit("1") == {"rocev2.5", "rocev2.7", "rocev2.10", "pfcwd.storm", "pfcwd.off"}
+    assert unfit("2") == {"rocev2.7", "rocev2.10"}
     assert all(k.unfit(k.scenario["fabric"]) is None for k in select("all", None) if k.na is None)
 
 

@@ -138,3 +138,42 @@ def test_a_starved_duration_flow_is_active_for_its_whole_duration() -> None:
     counted = flow_figures(FlowSpec(name="c", src="h3", dst="h4", count=2), 1.0, qps, rows,
                            [], [])
     assert counted["active_s"] == pytest.approx(0.2)
+
+
+def test_link_phases_cut_the_run_at_its_link_faults() -> None:
+    """leaf1's uplink to spine1 fails at 2 s and comes back at 4 s: each phase says the fault
+    that began it and what every switch-to-switch link carried over it, from just after that
+    reroute was done to the moment the next one began (host links left out)."""
+    import json
+
+    from testbed.analysis.headline_links import PHASE_SETTLE_S, link_phases
+    from testbed.config.models import FabricConfig
+    from testbed.topology.graph import build_topology
+
+    topo = json.loads(build_topology(FabricConfig.model_validate(
+        {"fabric": {"spines": 2, "leaves": 2, "hosts_per_leaf": 1}})).to_json())
+    leaf1 = next(s for s in topo["leaves"] if s["name"] == "leaf1")
+    port = {p["peer"]: p["number"] for p in leaf1["ports"]}
+    rate = {"spine1": (125_000, 0, 125_000), "spine2": (125_000, 250_000, 125_000),
+            "h1": (250_000, 250_000, 250_000)}  # bytes a second before, while down, after
+
+    def sent(peer: str, t: float) -> int:
+        before, down, after = rate[peer]
+        return int(before * min(t, 2) + down * max(0, min(t, 4) - 2) + after * max(0, t - 4))
+
+    rows = [TelemetryRow(t / 10, "leaf1", port[peer], 3, 0, 0, 0, sent(peer, t / 10), 0, False,
+                         0, 0.0) for t in range(0, 61) for peer in rate]
+    timeline = [{"t_s": 0.0, "event": "start"},
+                {"t_s": 2.2, "event": "link leaf1-spine1 down", "link": ["leaf1", "spine1"],
+                 "up": False, "from_s": 2.0},
+                {"t_s": 4.2, "event": "link leaf1-spine1 up", "link": ["leaf1", "spine1"],
+                 "up": True, "from_s": 4.0},
+                {"t_s": 6.0, "event": "senders stop"}]
+    phases = link_phases(rows, topo, timeline)
+    assert [(p.get("up"), p["from_s"], p["to_s"]) for p in phases] == [
+        (None, 0.0, 2.0), (False, 2.2 + PHASE_SETTLE_S, 4.0), (True, 4.2 + PHASE_SETTLE_S, 6.0)]
+    assert [p["mbps"] for p in phases] == [{"leaf1->spine1": 1.0, "leaf1->spine2": 1.0},
+                                           {"leaf1->spine1": 0.0, "leaf1->spine2": 2.0},
+                                           {"leaf1->spine1": 1.0, "leaf1->spine2": 1.0}]
+    assert phases[1]["link"] == ["leaf1", "spine1"]
+    assert link_phases(rows, topo, [timeline[0], timeline[-1]]) == []  # no link fault

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from testbed.analysis.collectives import collective_figures, rank_steps
-from testbed.analysis.headline_links import imbalance, link_figures, stages
+from testbed.analysis.headline_links import imbalance, link_figures, link_phases, stages
 from testbed.analysis.phenomena import jain_index
 from testbed.analysis.quantiles import percentile
 from testbed.results.endpoints import MessageRow, QpRow, read_messages, read_qp_series
@@ -219,6 +219,7 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
                                                          if q[2] in pfc_enable),
                          "ecn_marked": sum(v for (_s, c, _i), v in counters.items()
                                            if c == ECN_COUNTER)})
+    head["link_phases"] = link_phases(rows, topology, summary.get("timeline", []))
     coll = (_collectives(scenario, topology, specs, assigned, messages, series, flows)
             if scenario.get("collectives") else {})
     effs = [c["efficiency"] for c in coll.values()]

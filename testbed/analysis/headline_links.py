@@ -140,3 +140,41 @@ def imbalance(links: list[LinkFigures], stage_links: dict[str, list[str]]) -> di
                                                                       strict=True)},
                       "imbalance": round(max_over_mean(values), 4)}
     return out
+
+
+#: A phase that begins at a link fault is measured from this long after it: the timeline's time
+#: is after the reroute was applied, and what the old path still held drains meanwhile (a few
+#: frames at these rates).
+PHASE_SETTLE_S = 0.3
+
+
+def link_phases(rows: list[TelemetryRow], topology: dict, timeline: list[dict]) -> list[dict]:
+    """The run cut at its link faults (the timeline's entries with ``link``, as the scenario
+    runner writes them): per phase, the fault that began it (``link``, ``up``; none for the
+    first) and each switch-to-switch link's mean rate over it (Mbit/s). A phase ends as the
+    next reroute begins and starts :data:`PHASE_SETTLE_S` after its own was done. [] without
+    a link fault: what failover and recovery did, link by link."""
+    cuts = [e for e in timeline if "link" in e]
+    if not cuts:
+        return []
+    at = {e["event"]: float(e["t_s"]) for e in timeline}
+    start = at.get("start", 0.0)
+    stop = at.get("senders stop", max(float(e["t_s"]) for e in timeline))
+    hosts = {h["name"] for h in topology["hosts"]}
+    peers = port_peers(topology)
+    names = link_names(topology)
+    series = {p: s for p, s in _port_series(rows).items()
+              if peers.get(p, ("", 0.0))[0] not in hosts}
+    begins = [(start, {})] + [(float(e["t_s"]) + PHASE_SETTLE_S,
+                               {"link": e["link"], "up": e["up"]}) for e in cuts]
+    ends = [float(e.get("from_s", e["t_s"])) for e in cuts] + [stop]  # as the reroute began
+    out = []
+    for (t0, fault), t1 in zip(begins, ends, strict=True):
+        mbps = {}
+        for port, s in sorted(series.items()):
+            a, b = _at(s, t0), _at(s, t1)
+            if a is not None and b is not None and b[0] > a[0]:
+                mbps[names.get(port, f"{port[0]}:{port[1]}")] = _round(
+                    (b[1] - a[1]) * 8 / (b[0] - a[0]) / 1e6)
+        out.append({**fault, "from_s": round(t0, 3), "to_s": round(t1, 3), "mbps": mbps})
+    return out

@@ -190,6 +190,88 @@ def no_storm_event(summary: Summary) -> Outcome:
     return Outcome(n == 0, f"{n} storm_detected events", "0")
 
 
+# -- failover and recovery (the RoCEv2 plan's case 10) ---------------------------------------
+
+#: After the link went down, what it carries at most, and what its switch's other links into
+#: the fabric carry at least, as shares of what the switch sent into the fabric before.
+FAILED_LINK_MAX_SHARE = 0.01
+CARRIED_ON_MIN_SHARE = 0.9
+#: The link carried at least this share of its switch's traffic into the fabric before it
+#: failed (a failed link with nothing on it shows no failover) and again once it came back.
+LINK_USED_MIN_SHARE = 0.1
+
+
+def _link_split(phase: dict, a: str, b: str) -> tuple[float, float]:
+    """Over one phase (headline.link_phases), Mbit/s on a's links to b (every parallel one)
+    and on a's other links into the fabric."""
+    on = other = 0.0
+    for name, v in phase.get("mbps", {}).items():
+        src, _, dst = name.partition("->")
+        if src == a:
+            if dst.split("#")[0] == b:
+                on += v or 0.0
+            else:
+                other += v or 0.0
+    return on, other
+
+
+def _fault_phases(summary: Summary, a: str, b: str) -> tuple[dict | None, dict | None,
+                                                             dict | None]:
+    """The phases before the a-b link went down, while it was down, and after it came back."""
+    phases = (summary.get("headline") or {}).get("link_phases") or []
+
+    def index(up: bool) -> int | None:
+        return next((i for i, p in enumerate(phases) if p.get("up") is up
+                     and p.get("link", [])[:2] in ([a, b], [b, a])), None)
+    down, back = index(False), index(True)
+    if not down:  # None, or the first phase (which no fault begins): not found
+        return None, None, None
+    return phases[down - 1], phases[down], phases[back] if back else None
+
+
+def failed_over(a: str, b: str) -> CheckFn:
+    """"Traffic should fail over to the next available egress link": the a-b link carried
+    traffic before it went down and nothing after, and a's other links into the fabric took
+    what it carried."""
+    bound = (f"{a}->{b} >= {LINK_USED_MIN_SHARE:.0%} of {a}'s traffic before, <= "
+             f"{FAILED_LINK_MAX_SHARE:.0%} after; {a}'s other links >= "
+             f"{CARRIED_ON_MIN_SHARE:.0%} of it after")
+
+    def check(summary: Summary) -> Outcome:
+        before, down, _ = _fault_phases(summary, a, b)
+        if before is None or down is None:
+            return Outcome(False, f"no phase with {a}-{b} down in headline.link_phases", bound)
+        on_b, other_b = _link_split(before, a, b)
+        on_d, other_d = _link_split(down, a, b)
+        total = on_b + other_b
+        ok = (total > 0 and on_b >= LINK_USED_MIN_SHARE * total
+              and on_d <= FAILED_LINK_MAX_SHARE * total and other_d >= CARRIED_ON_MIN_SHARE * total)
+        return Outcome(ok, f"{a}->{b} {on_b:.2f} then {on_d:.2f} Mbit/s; {a}'s other links "
+                           f"{other_b:.2f} then {other_d:.2f} Mbit/s", bound)
+    return check
+
+
+def moved_back(a: str, b: str) -> CheckFn:
+    """"Bring up the down egress link": here traffic moves back to it, since this fabric's ECMP
+    is a hash modulo the group's members (not resilient hashing), so the restored group sends
+    each flow where it went before the failure; and a sends into the fabric what it sent then."""
+    bound = (f"{a}->{b} >= {LINK_USED_MIN_SHARE:.0%} of {a}'s traffic again; {a}'s traffic "
+             f">= {CARRIED_ON_MIN_SHARE:.0%} of before the failure")
+
+    def check(summary: Summary) -> Outcome:
+        before, _, back = _fault_phases(summary, a, b)
+        if before is None or back is None:
+            return Outcome(False, f"no phase after {a}-{b} came back in headline.link_phases",
+                           bound)
+        total = sum(_link_split(before, a, b))
+        on_u, other_u = _link_split(back, a, b)
+        ok = (on_u >= LINK_USED_MIN_SHARE * (on_u + other_u)
+              and on_u + other_u >= CARRIED_ON_MIN_SHARE * total > 0)
+        return Outcome(ok, f"{a}->{b} {on_u:.2f} Mbit/s, {a}'s other links {other_u:.2f} "
+                           f"(before the failure {total:.2f} in all)", bound)
+    return check
+
+
 # -- the tester's counters beside the switches' (testbed.analysis.tester) -------------------
 
 def _tester(summary: Summary) -> dict | None:

@@ -93,6 +93,14 @@ def _ecmp_members(shape: dict[str, Any]) -> str | None:
                                 f"this fabric's leaves have {n}")
 
 
+def _second_spine(shape: dict[str, Any]) -> str | None:
+    """Failover: leaf1 loses every link to spine1 and needs another spine to fail over to."""
+    if shape.get("spines", 2) < 2 or shape.get("leaves", 2) < 2:
+        return ("needs two spines and two leaves (every link between leaf1 and spine1 fails, "
+                "and the traffic between the leaves takes the other spine)")
+    return None
+
+
 def _storm_path(shape: dict[str, Any]) -> str | None:
     """The storm cases pin leaf2's route to h1's leaf through spine1."""
     if shape.get("spines", 2) < 1 or shape.get("leaves", 2) < 2:
@@ -126,6 +134,27 @@ TESTER_ECN: tuple[Check, ...] = (("the tester's CE on class 3 within the switche
                                  ("the tester's CNPs sent and received", c.tester_cnps))
 INCAST_SCALING = ("plan: N:1 incast at 100G line rate; here 3:1 (h2, h3, h4 -> h1), 2 QPs each, "
                   "64 KiB WRITEs for 5 s at the fabric's host link rate")
+
+
+def _failover(qos: dict[str, Any]) -> Case:
+    """The RoCEv2 plan's case 10: a leaf's uplink goes down under traffic and comes back."""
+    return Case(
+        "rocev2", "10", "Failover and recovery",
+        "plan: traffic between the leaves, one uplink of leaf 1 brought down and up again; "
+        "here h1->h3 and h2->h4, 2 QPs each capped at 2 Mbit/s (so that the two flows fit "
+        "one uplink), 8 s: every link between leaf1 and spine1 goes down at 2.5 s and up "
+        "at 5 s. Down is administrative (the veths stay up): the fabric's routes move, "
+        "made before broken, and what the old path held drains through it",
+        {"name": "conf-rocev2-10", "fabric": dict(FABRIC), "qos": qos,
+         "endpoints": {"dcqcn": False}, "duration_s": 8, "settle_s": 1,
+         "flows": [_flow("h1-h3", "h1", "h3", duration_s=7, rate_cap_mbps=2),
+                   _flow("h2-h4", "h2", "h4", duration_s=7, rate_cap_mbps=2)],
+         "faults": [{"at_s": 2.5, "link_down": ["leaf1", "spine1"]},
+                    {"at_s": 5, "link_up": ["leaf1", "spine1"]}]},
+        (*BASE, ("no lossless drop", c.no_lossless_drop),
+         ("traffic fails over to the other uplinks", c.failed_over("leaf1", "spine1")),
+         ("traffic moves back when the link is up", c.moved_back("leaf1", "spine1")),
+         TESTER_FRAMES), needs=_second_spine)
 
 
 def _rocev2() -> list[Case]:
@@ -190,9 +219,7 @@ def _rocev2() -> list[Case]:
         Case("rocev2", "9", "Lossless priority against best-effort background", na=(
             "needs line-rate non-RoCE best-effort background traffic in class 0; the endpoints "
             "send only RoCEv2 (a RoCE flow in class 0 is not the plan's background)")),
-        Case("rocev2", "10", "Failover and recovery", na=(
-            "the plan's failover expects no loss across a link failure; the fabric can take a "
-            "link down (faults: link_down) but no case and bound for recovery time is built yet")),
+        _failover(pfc3),
         Case("rocev2", "11", "Control-plane ACK timeouts under PFC", na=(
             "needs a paused class to hold ACKs: a switch port's gate for a class is a kernel "
             "tbf (this kernel has no qdisc that holds packets indefinitely), which as it closes "

@@ -102,8 +102,9 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         ticker = _Ticker(fabric, runner, t0, sc.extras.duration_s, status)
         for at, kind, f in events:
             ticker.wait_until(t0 + at)
+            begun = clock()
             what = _apply_fault(fabric, f, end=(kind == "fault_end"))
-            timeline.append({"t_s": clock(), "event": what})
+            timeline.append({"t_s": clock(), "event": what, **_link_event(f, begun)})
             progress(f"{time.monotonic() - t0:.1f} s: {what}")
         ticker.wait_until(t0 + sc.extras.duration_s)
         runner.stop()
@@ -208,6 +209,17 @@ def _write_reports(run_dir: Path, progress) -> None:
             write(run_dir)
         except Exception as exc:
             progress(f"{name} not written: {exc}")
+
+
+def _link_event(f: Fault, begun: float) -> dict:
+    """A link fault's place on the timeline, for the analysis to cut the run at
+    (testbed.analysis.headline_links.link_phases): ``link`` [a, b] or [a, b, k], ``up``, and
+    ``from_s``, when the fabric began to reroute (``t_s`` is when it was done: a reroute
+    takes its drain time, testbed.control.reroute)."""
+    if f.link_down is None and f.link_up is None:
+        return {}
+    ref, up = (f.link_up, True) if f.link_up is not None else (f.link_down, False)
+    return {"link": list(ref), "up": up, "from_s": begun}
 
 
 def _apply_fault(fabric, f: Fault, end: bool) -> str:
