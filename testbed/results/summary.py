@@ -53,7 +53,8 @@ class RunSummary(TypedDict, total=False):
     pfc_frames_sent: dict[str, int]  # per switch
     pfc_frames_by_class: dict[str, int]  # every switch's, per class ("3": n); JSON keys
     tester: dict[str, Any]  # the hosts' counters beside their ports' (testbed.analysis.tester)
-    timeline: list[dict[str, Any]]  # {"t_s", "event"} on the run's clock
+    #: {"t_s", "event"} on the run's clock; a link fault adds "link", "up" and "from_s"
+    timeline: list[dict[str, Any]]
     flow_errors: list[str]
     kernel_drops_lossless: int
     hidden_loss: dict[str, int]  # per switch
