@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traffic.endpoint_telemetry import EndpointStats
-from traffic.pacing import PACING_SLACK_S, LatenessMeter, lost_share, paced
+from traffic.pacing import MIN_ACTIVE_S, PACING_SLACK_S, LatenessMeter, lost_share, paced
 
 
 def test_lateness_beyond_the_slack_is_lost_and_within_it_is_repaid() -> None:
@@ -21,8 +21,18 @@ def test_lateness_beyond_the_slack_is_lost_and_within_it_is_repaid() -> None:
     assert st.active_s == 1.034 - 1.000
     assert abs(st.late_lost_s - 0.015) < 1e-9
     assert abs(st.late_max_s - 0.020) < 1e-9
+    # 34 ms of activity is too short to be a rate: the 15 ms lost count over a second
     assert abs(lost_share({"late_lost_s": st.late_lost_s, "active_s": st.active_s})
-               - 0.015 / 0.034) < 1e-9
+               - 0.015 / MIN_ACTIVE_S) < 1e-9
+
+
+def test_a_share_over_a_long_active_time_is_that_time_s() -> None:
+    """Sustained lateness over a long run is judged over the time it was active; one late
+    wake-up in a short burst of frames is judged over at least MIN_ACTIVE_S (the CI dry run's
+    case: 9.9 ms lost over 0.23 s active)."""
+    assert lost_share({"late_lost_s": 0.6, "active_s": 4.0}) == 0.15
+    assert abs(lost_share({"late_lost_s": 0.0099, "active_s": 0.2264}) - 0.0099) < 1e-12
+    assert lost_share({"late_lost_s": 0.0, "active_s": 0.0}) == 0.0
 
 
 def test_no_activity_is_no_lag_and_a_tcp_endpoint_measures_none() -> None:

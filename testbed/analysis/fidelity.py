@@ -37,10 +37,10 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   an XOFF's (a late pause overfills the headroom) and an XON's (a late resume idles the link).
 * ``host_lag``: the largest share of a host's active time (it had a frame due) in which its
   NIC stood idle because the endpoint's process came late, beyond the slack its pacers repay
-  (:mod:`traffic.pacing`): what a host sent then was set by its CPU (a busy core, a
-  hypervisor's steal), not by the protocol, and a collective's efficiency or a flow's goodput
-  comes out low with every switch-side check passed. A RoCE endpoint's own figure: in mode
-  ``tcp`` the kernel sends, and the check does not apply.
+  (:mod:`traffic.pacing`; over at least a second of activity): what a host sent then was set
+  by its CPU (a busy core, a hypervisor's steal), not by the protocol, and a collective's
+  efficiency or a flow's goodput comes out low with every switch-side check passed. A RoCE
+  endpoint's own figure: in mode ``tcp`` the kernel sends, and the check does not apply.
 * ``cpu_saturated``: the longest stretch in which every core was busy; past it, none of the
   times above can be trusted to hold.
 

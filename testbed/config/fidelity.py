@@ -35,7 +35,8 @@ class FidelityConfig(_Strict):
     host_lag_pct: float = Field(
         2.0, ge=0, le=100, description="A host whose NIC stood idle for more than this share "
         "of the time it had a frame due, because its endpoint's process came late beyond what "
-        "its pacers repay (5 ms), flags the run: what it sent was set by the host's CPU (a "
+        "its pacers repay (5 ms), flags the run (the share is taken over at least 1 s of "
+        "activity, traffic.pacing.MIN_ACTIVE_S): what it sent was set by the host's CPU (a "
         "busy core, a hypervisor's steal), not by the protocol. A real NIC's pipeline is "
         "hardware and keeps its rate.")
     cpu_budget_margin: float = Field(
