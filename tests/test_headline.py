@@ -169,11 +169,11 @@ def test_link_phases_cut_the_run_at_its_link_faults() -> None:
                 {"t_s": 4.2, "event": "link leaf1-spine1 up", "link": ["leaf1", "spine1"],
                  "up": True, "from_s": 4.0},
                 {"t_s": 6.0, "event": "senders stop"}]
-    phases = link_phases(rows, topo, timeline)
+    phases = link_phases(rows, topo, timeline, (0.0, 6.0))
     assert [(p.get("up"), p["from_s"], p["to_s"]) for p in phases] == [
         (None, 0.0, 2.0), (False, 2.2 + PHASE_SETTLE_S, 4.0), (True, 4.2 + PHASE_SETTLE_S, 6.0)]
     assert [p["mbps"] for p in phases] == [{"leaf1->spine1": 1.0, "leaf1->spine2": 1.0},
                                            {"leaf1->spine1": 0.0, "leaf1->spine2": 2.0},
                                            {"leaf1->spine1": 1.0, "leaf1->spine2": 1.0}]
     assert phases[1]["link"] == ["leaf1", "spine1"]
-    assert link_phases(rows, topo, [timeline[0], timeline[-1]]) == []  # no link fault
+    assert link_phases(rows, topo, [timeline[0], timeline[-1]], (0.0, 6.0)) == []  # no fault

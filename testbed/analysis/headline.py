@@ -219,7 +219,7 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
                                                          if q[2] in pfc_enable),
                          "ecn_marked": sum(v for (_s, c, _i), v in counters.items()
                                            if c == ECN_COUNTER)})
-    head["link_phases"] = link_phases(rows, topology, summary.get("timeline", []))
+    head["link_phases"] = link_phases(rows, topology, summary.get("timeline", []), window)
     coll = (_collectives(scenario, topology, specs, assigned, messages, series, flows)
             if scenario.get("collectives") else {})
     effs = [c["efficiency"] for c in coll.values()]

@@ -77,6 +77,14 @@ def _at(series: list[tuple], t: float) -> tuple | None:
     return before[-1] if before else (series[0] if series else None)
 
 
+def _mean_mbps(series: list[tuple], t0: float, t1: float) -> float | None:
+    """A port's mean rate sent between the samples at ``t0`` and ``t1`` (None: no span)."""
+    a, b = _at(series, t0), _at(series, t1)
+    if a is None or b is None or b[0] <= a[0]:
+        return None
+    return (b[1] - a[1]) * 8 / (b[0] - a[0]) / 1e6
+
+
 def link_figures(rows: list[TelemetryRow], topology: dict,
                  window: tuple[float, float]) -> list[LinkFigures]:
     """Every switch egress link that carried or paused anything: its mean rate over
@@ -89,10 +97,7 @@ def link_figures(rows: list[TelemetryRow], topology: dict,
     for (sw, port), series in sorted(_port_series(rows).items()):
         peer, rate = peers.get((sw, port), (f"port{port}", 0.0))
         last = series[-1]
-        a, b = _at(series, window[0]), _at(series, window[1])
-        mbps = None
-        if a is not None and b is not None and b[0] > a[0]:
-            mbps = (b[1] - a[1]) * 8 / (b[0] - a[0]) / 1e6
+        mbps = _mean_mbps(series, *window)
         if not (last[1] or last[2]):
             continue
         util = mbps / rate if mbps is not None and rate else None
@@ -148,33 +153,29 @@ def imbalance(links: list[LinkFigures], stage_links: dict[str, list[str]]) -> di
 PHASE_SETTLE_S = 0.3
 
 
-def link_phases(rows: list[TelemetryRow], topology: dict, timeline: list[dict]) -> list[dict]:
+def link_phases(rows: list[TelemetryRow], topology: dict, timeline: list[dict],
+                window: tuple[float, float]) -> list[dict]:
     """The run cut at its link faults (the timeline's entries with ``link``, as the scenario
     runner writes them): per phase, the fault that began it (``link``, ``up``; none for the
     first) and each switch-to-switch link's mean rate over it (Mbit/s). A phase ends as the
     next reroute begins and starts :data:`PHASE_SETTLE_S` after its own was done. [] without
-    a link fault: what failover and recovery did, link by link."""
+    a link fault: what failover and recovery did, link by link. ``window``: the run's, from
+    start to the senders' stop."""
     cuts = [e for e in timeline if "link" in e]
     if not cuts:
         return []
-    at = {e["event"]: float(e["t_s"]) for e in timeline}
-    start = at.get("start", 0.0)
-    stop = at.get("senders stop", max(float(e["t_s"]) for e in timeline))
     hosts = {h["name"] for h in topology["hosts"]}
     peers = port_peers(topology)
     names = link_names(topology)
     series = {p: s for p, s in _port_series(rows).items()
               if peers.get(p, ("", 0.0))[0] not in hosts}
-    begins = [(start, {})] + [(float(e["t_s"]) + PHASE_SETTLE_S,
+    begins = [(window[0], {})] + [(float(e["t_s"]) + PHASE_SETTLE_S,
                                {"link": e["link"], "up": e["up"]}) for e in cuts]
-    ends = [float(e.get("from_s", e["t_s"])) for e in cuts] + [stop]  # as the reroute began
+    ends = [float(e.get("from_s", e["t_s"])) for e in cuts] + [window[1]]  # as each began
     out = []
     for (t0, fault), t1 in zip(begins, ends, strict=True):
-        mbps = {}
-        for port, s in sorted(series.items()):
-            a, b = _at(s, t0), _at(s, t1)
-            if a is not None and b is not None and b[0] > a[0]:
-                mbps[names.get(port, f"{port[0]}:{port[1]}")] = _round(
-                    (b[1] - a[1]) * 8 / (b[0] - a[0]) / 1e6)
+        rates = {names.get(p, f"{p[0]}:{p[1]}"): _mean_mbps(s, t0, t1)
+                 for p, s in sorted(series.items())}
+        mbps = {k: _round(v) for k, v in rates.items() if v is not None}
         out.append({**fault, "from_s": round(t0, 3), "to_s": round(t1, 3), "mbps": mbps})
     return out

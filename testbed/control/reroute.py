@@ -59,10 +59,6 @@ class ReroutePlan:
     prune_routes: list[p4runtime_pb2.Entity] = field(default_factory=list)  # DELETE
     prune_profiles: list[p4runtime_pb2.Entity] = field(default_factory=list)  # DELETE
 
-    @property
-    def empty(self) -> bool:
-        return not (self.grow or self.switch or self.prune_routes or self.prune_profiles)
-
 
 def plan_reroute(old: list[p4runtime_pb2.Entity],
                  new: list[p4runtime_pb2.Entity]) -> ReroutePlan:
