@@ -143,7 +143,7 @@ def test_the_run_summary_type_has_every_key_a_run_writes() -> None:
                 and isinstance(node.slice, ast.Constant)):
             written.add(node.slice.value)
         if isinstance(node, ast.Call) and ast.unparse(node.func) in (
-                "res.summary.setdefault", "res.summary.update"):
+                "res.summary.setdefault", "res.summary.update", "summary.update"):
             written |= {c.value for c in ast.walk(node.args[0])
                         if isinstance(c, ast.Constant) and isinstance(c.value, str)}
         if isinstance(node, ast.Dict) and node.keys and all(

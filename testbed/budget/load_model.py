@@ -21,6 +21,13 @@ a count of packets, which this module works out from the flows alone, without ru
   ``count`` messages is taken to run until the end: an upper bound); the peak is what a run
   must afford.
 
+* **Background.** A best-effort background flow (:mod:`traffic.background`) sends
+  ``rate / frame size`` frames a second whatever the fabric does, and is counted at that rate
+  at every switch on its path (an upper bound: what a congested port drops goes no further)
+  and at both hosts (its sender's process, and the receiving host's endpoint, whose socket sees
+  every frame). It takes no part in the QPs' max-min share: below a lossless class in the
+  ports' strict priority, it gets what the QPs leave.
+
 Every frame passes each switch on its path once (ACKs and CNPs take the reverse path), and is
 handled twice by endpoints: by its sender and by its receiver. PFC frames, ARP and the agents'
 own work per pause are not counted here (the budget's margin covers them).
@@ -32,9 +39,11 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
+from typing import TypeVar
 
 from testbed.topology.graph import DownLinks, Topology, compute_routes
 from testbed.topology.qos import roce_mtu
+from traffic.background import BackgroundSpec, frame_size, offered_mbps
 from traffic.dcqcn import REFERENCE_LINK_BPS
 from traffic.flows import FlowSpec
 from traffic.wire import (
@@ -196,8 +205,13 @@ def max_min_rates(qps: list[_Qp], capacity: dict[Hop, float]) -> None:
         active = [q for q in active if q not in done]
 
 
-def running(flows: list[FlowSpec], t: float, end_s: float) -> list[FlowSpec]:
-    """The flows that send at ``t`` (a flow of ``count`` messages: until ``end_s``)."""
+#: A flow or a background flow: what :func:`running` filters.
+F = TypeVar("F", FlowSpec, BackgroundSpec)
+
+
+def running(flows: list[F], t: float, end_s: float) -> list[F]:
+    """The flows that send at ``t`` (a flow of ``count`` messages, or a background flow
+    without a duration: until ``end_s``)."""
     return [f for f in flows if f.start_s <= t < (
         f.start_s + f.duration_s if f.duration_s is not None else end_s)]
 
@@ -228,15 +242,16 @@ def _qps_at(topo: Topology, flows: list[FlowSpec], paths: Paths) -> list[_Qp]:
 
 
 def load_at(topo: Topology, flows: list[FlowSpec], cnp_classes: set[int],
-            down: DownLinks = frozenset(), paths: Paths | None = None) -> Load:
-    """The load of ``flows`` all sending at once. ``cnp_classes``: the classes whose congestion
-    makes receivers send CNPs (ECN-marked, DCQCN on)."""
+            down: DownLinks = frozenset(), paths: Paths | None = None,
+            background: list[BackgroundSpec] | tuple = ()) -> Load:
+    """The load of ``flows`` and ``background`` all sending at once. ``cnp_classes``: the
+    classes whose congestion makes receivers send CNPs (ECN-marked, DCQCN on)."""
     paths = paths or Paths(topo, down)
     qps = _qps_at(topo, flows, paths)
     capacity = {hop: link_capacity_bps(topo, hop) for q in qps for hop in q.hops}
     max_min_rates(qps, capacity)
     load = Load(topo.hosts[0].rate_mbps if topo.hosts else 0.0,
-                _fabric_rate(topo), flows=[f.name for f in flows])
+                _fabric_rate(topo), flows=[f.name for f in [*flows, *background]])
     sw: dict[str, float] = defaultdict(float)
     hosts: dict[str, float] = defaultdict(float)
     host_qps: dict[str, int] = defaultdict(int)
@@ -259,6 +274,12 @@ def load_at(topo: Topology, flows: list[FlowSpec], cnp_classes: set[int],
         host_qps[f.src] += q.n
         host_qps[f.dst] += q.n
         goodput[f.name] += msgs * f.message_bytes * 8 / 1e6
+    for b in background:
+        fps = offered_mbps(b, topo.host(b.src).rate_mbps) * 1e6 / 8 / frame_size(b, topo.mtu)
+        for name, share in paths(b.src, b.dst)[0].items():
+            sw[name] += fps * share
+        hosts[b.src] += fps
+        hosts[b.dst] += fps
     load.switch_pps = {s.name: sw.get(s.name, 0.0) for s in topo.switches}
     load.host_fps = {h.name: hosts.get(h.name, 0.0) for h in topo.hosts}
     load.host_qps = {h.name: host_qps.get(h.name, 0) for h in topo.hosts}
@@ -272,15 +293,17 @@ def _fabric_rate(topo: Topology) -> float:
 
 
 def peak_load(topo: Topology, flows: list[FlowSpec], end_s: float, cnp_classes: set[int],
-              down: DownLinks = frozenset()) -> Load:
+              down: DownLinks = frozenset(),
+              background: list[BackgroundSpec] | tuple = ()) -> Load:
     """The load at the busiest instant: at each flow's start, every flow sending then; the
     instant with the most packet work (passes plus endpoint frames) is the peak."""
     best = Load(topo.hosts[0].rate_mbps if topo.hosts else 0.0, _fabric_rate(topo),
                 switch_pps={s.name: 0.0 for s in topo.switches},
                 host_fps={h.name: 0.0 for h in topo.hosts})
     paths = Paths(topo, down)
-    for t in sorted({f.start_s for f in flows}):
-        load = load_at(topo, running(flows, t, end_s), cnp_classes, down, paths)
+    for t in sorted({f.start_s for f in [*flows, *background]}):
+        load = load_at(topo, running(flows, t, end_s), cnp_classes, down, paths,
+                       running(list(background), t, end_s))
         load.at_s = t
         if load.passes + load.frames > best.passes + best.frames:
             best = load

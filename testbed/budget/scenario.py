@@ -49,7 +49,8 @@ def down_at_start(topo: Topology, faults: list) -> DownLinks:
 def scenario_load(cfg: FabricConfig, topo: Topology, extras: Any) -> Load:
     """The peak load of a scenario's flows (``extras``: its ScenarioExtras)."""
     return peak_load(topo, extras.flows, extras.duration_s,
-                     cnp_classes(cfg, extras.endpoints.dcqcn), down_at_start(topo, extras.faults))
+                     cnp_classes(cfg, extras.endpoints.dcqcn), down_at_start(topo, extras.faults),
+                     extras.background)
 
 
 def build_name(cfg: FabricConfig) -> str:
@@ -126,28 +127,37 @@ def over_budget_warning(v: Verdict) -> str | None:
 
 
 def shared_lossless_ports(cfg: FabricConfig, topo: Topology, extras: Any) -> str | None:
-    """A warning before the run, or None: two flows in different lossless classes that cross
-    the same port while both send. Each class's P4 phantom drains at the port's full rate
-    (p4/lossless.p4, drain), so two busy lossless classes on one port drain twice the line rate
-    and the run is flagged (phantom_below); docs/DESIGN.md says more. Pure."""
+    """A warning before the run, or None: a flow in a lossless class that crosses a switch port
+    at once with a flow (or a background flow) of a higher class: a second lossless class, or
+    a lossy one above it in the ports' strict priority (a higher class number). Each lossless
+    class's P4 phantom drains at the port's full rate (p4/lossless.p4, drain), whatever the
+    higher class takes of the port, so the phantom falls below the real queue and the run is
+    flagged (phantom_below); docs/DESIGN.md says more. A lower class (best effort in class 0
+    below RoCE in 3) takes only what the lossless class leaves, and is no trouble. Pure."""
     lossless = set(cfg.qos.pfc_enable)
-    flows = [f for f in extras.flows if f.tc in lossless]
-    if len({f.tc for f in flows}) < 2:
+    guarded = [f for f in extras.flows if f.tc in lossless]
+    others = [*extras.flows, *extras.background]
+    if not guarded or not any(b.tc > min(f.tc for f in guarded) for b in others):
         return None
     paths = Paths(topo, down_at_start(topo, extras.faults))
     hosts = {h.name for h in topo.hosts}
-    for i, a in enumerate(flows):
-        for b in flows[i + 1:]:
+    for a in guarded:
+        for b in others:
             # both send at once when both run as the later of the two starts
-            both = running([a, b], max(a.start_s, b.start_s), extras.duration_s)
-            if a.tc == b.tc or len(both) < 2:
+            t, end = max(a.start_s, b.start_s), extras.duration_s
+            if b.tc <= a.tc or not (running([a], t, end) and running([b], t, end)):
                 continue
             shared = sorted(h for h in set(paths(a.src, a.dst)[1]) & set(paths(b.src, b.dst)[1])
                             if h[0] not in hosts)  # a switch's egress port, not a host's NIC
             if shared:
                 node, port = shared[0]
-                return (f"flows {a.name} (class {a.tc}) and {b.name} (class {b.tc}) cross "
-                        f"{node} port {port} at once: two busy lossless classes on one port "
-                        "drain its phantom twice over and the run will be flagged "
+                what = ("two busy lossless classes on one port drain its phantom twice over"
+                        if b.tc in lossless else
+                        f"class {b.tc} is above lossless class {a.tc} in the port's strict "
+                        f"priority, and the class {a.tc} phantom drains at the full port rate "
+                        f"whatever class {b.tc} takes")
+                kind = "flows" if b in extras.flows else "flow and background"
+                return (f"{kind} {a.name} (class {a.tc}) and {b.name} (class {b.tc}) cross "
+                        f"{node} port {port} at once: {what}, and the run will be flagged "
                         "(phantom_below; docs/DESIGN.md)")
     return None

@@ -341,3 +341,40 @@ def tester_cnps(summary: Summary) -> Outcome:
     said = "; ".join(f"class {tc}: {sent[tc]} sent, {got[tc]} received" for tc in classes)
     return Outcome(bool(classes) and sum(sent.values()) >= 1 and sent == got,
                    said or "no CNP", bound)
+
+
+def _background(summary: Summary) -> dict[str, dict]:
+    return summary.get("background") or {}
+
+
+def rates_at_least(mbps: float) -> CheckFn:
+    """The lossless class keeps its rate beside the background: every RoCE flow's goodput
+    (headline, over its active time) at least ``mbps``."""
+    def check(summary: Summary) -> Outcome:
+        flows = (summary.get("headline") or {}).get("flows") or {}
+        rates = {n: f.get("goodput_mbps") or 0.0 for n, f in flows.items()}
+        shown = ", ".join(f"{n} {v:.2f}" for n, v in rates.items()) or "no flow"
+        ok = bool(rates) and min(rates.values()) >= mbps
+        return Outcome(ok, f"goodput Mbit/s: {shown}", f"each >= {mbps:g} Mbit/s")
+    return check
+
+
+def background_took_the_rest(min_mbps: float) -> CheckFn:
+    """"Best effort gets what is left": every background flow delivered at least ``min_mbps``
+    (what the lossless flows leave of the port, less a margin) and lost what did not fit (it
+    offered more than was left: the port was contended, and the loss fell on best effort)."""
+    def check(summary: Summary) -> Outcome:
+        bg = _background(summary)
+        if not bg:
+            return Outcome(False, "no background flow in the summary",
+                           f">= {min_mbps:g} Mbit/s delivered and > 0 lost, each")
+        parts, ok = [], True
+        for n, b in bg.items():
+            good, lost = b.get("goodput_mbps"), b.get("lost_packets")
+            ok = ok and good is not None and lost is not None and good >= min_mbps and lost > 0
+            parts.append(f"{n}: {good if good is not None else 'unknown'} Mbit/s delivered, "
+                         f"{lost if lost is not None else 'unknown'} of "
+                         f"{b.get('sent_packets', 'unknown')} frames lost")
+        return Outcome(ok, "; ".join(parts),
+                       f">= {min_mbps:g} Mbit/s delivered and > 0 lost, each")
+    return check

@@ -157,6 +157,39 @@ def _failover(qos: dict[str, Any]) -> Case:
          TESTER_FRAMES), needs=_second_spine)
 
 
+#: Case 9: each lossless flow's cap, and the least each must keep (90% of it: the cap counts
+#: frames on the wire, goodput their payload, about 1.5% less at a 4096-byte RoCE MTU; and a
+#: 9 KB best-effort frame already on the wire holds a lossless one back by up to 7 ms at
+#: 10 Mbit/s, as a real port cannot preempt a frame either).
+BG_LOSSLESS_MBPS = 3.0
+BG_KEPT_MBPS = 0.9 * BG_LOSSLESS_MBPS
+#: What the background must get of the port the two lossless flows leave (10 - 6 Mbit/s at the
+#: default rate), at least: half of it.
+BG_LEFT_MBPS = 2.0
+
+
+def _background_case(qos: dict[str, Any]) -> Case:
+    """The RoCEv2 plan's case 9: line-rate best effort beside lossless flows, into one port."""
+    return Case(
+        "rocev2", "9", "Lossless priority against best-effort background",
+        "plan: lossless RoCE flows and line-rate best-effort background sharing an egress "
+        f"port; here h3->h1 and h4->h1 (1 QP each, capped at {BG_LOSSLESS_MBPS:g} Mbit/s) "
+        "and UDP from h2's kernel to h1 in class 0 (DSCP 8) at h2's line rate in 9014-byte "
+        "frames, 6 s: leaf1's port to h1 is offered 16 Mbit/s of 10, and the ports' strict "
+        "priority (class 3 above class 0) must give the lossless flows their rate and the "
+        "background the rest",
+        {"name": "conf-rocev2-9", "fabric": dict(FABRIC), "qos": qos,
+         "endpoints": {"dcqcn": False}, "duration_s": 7, "settle_s": 1,
+         "flows": [_flow(f"{s}-h1", s, "h1", qps=1, duration_s=6,
+                         rate_cap_mbps=BG_LOSSLESS_MBPS) for s in ("h3", "h4")],
+         "background": [{"name": "h2-h1-be", "src": "h2", "dst": "h1", "tc": 0,
+                         "start_s": 0.5, "duration_s": 6}]},
+        (*BASE, *LOSSLESS, ("no PFC: the background holds no lossless flow back", c.no_pfc),
+         ("lossless flows keep their rate", c.rates_at_least(BG_KEPT_MBPS)),
+         ("the background gets the rest and loses what does not fit",
+          c.background_took_the_rest(BG_LEFT_MBPS)), TESTER_FRAMES))
+
+
 def _rocev2() -> list[Case]:
     pfc3 = _qos([3], [])
     return [
@@ -216,9 +249,7 @@ def _rocev2() -> list[Case]:
         Case("rocev2", "8", "Packet spray", na=(
             "needs per-packet load balancing in the switches (ECMP here hashes per flow) and "
             "an out-of-order receiver (the endpoint's Go-Back-N NAKs any gap)")),
-        Case("rocev2", "9", "Lossless priority against best-effort background", na=(
-            "needs line-rate non-RoCE best-effort background traffic in class 0; the endpoints "
-            "send only RoCEv2 (a RoCE flow in class 0 is not the plan's background)")),
+        _background_case(pfc3),
         _failover(pfc3),
         Case("rocev2", "11", "Control-plane ACK timeouts under PFC", na=(
             "needs a paused class to hold ACKs: a switch port's gate for a class is a kernel "

@@ -120,6 +120,10 @@ def _markdown(run_dir: Path, summary: dict) -> None:
     for name, f in summary.get("flows", {}).items():
         lines.append(f"- flow **{name}** {f['src']} -> {f['dst']}: {f['bytes_received']} bytes "
                      f"received, {sum(q['retransmitted'] for q in f['qps'])} packets resent")
+    for name, b in (summary.get("background") or {}).items():
+        lines.append(f"- background **{name}** {b['src']} -> {b['dst']} (class {b['tc']}, "
+                     f"{b['offered_mbps']:g} Mbit/s offered): {b.get('goodput_mbps')} Mbit/s "
+                     f"delivered, {b.get('lost_packets')} of {b.get('sent_packets')} frames lost")
     if "kernel_drops_lossless" in summary:
         lines.append(f"- drops in lossless classes: {summary['kernel_drops_lossless']}; hidden "
                      f"loss in front of BMv2: {sum(summary.get('hidden_loss', {}).values())}")

@@ -58,6 +58,12 @@ LOGS_DIR = "logs"
 ENDPOINTS_DIR = "endpoints"
 #: The subfolder of the packet captures (testbed.run.capture).
 CAPTURES_DIR = "captures"
+#: The subfolder of the best-effort background flows (testbed.fabric.background): per flow,
+#: what its sender sent (``<flow>`` + :data:`BACKGROUND_SENT_SUFFIX`) and what its receiver
+#: counted (``<flow>`` + :data:`BACKGROUND_RECEIVED_SUFFIX`).
+BACKGROUND_DIR = "background"
+BACKGROUND_SENT_SUFFIX = ".sent.json"
+BACKGROUND_RECEIVED_SUFFIX = ".received.json"
 #: Every log's suffix: a switch's BMv2 log, a host's endpoint log.
 LOG_SUFFIX = ".log"
 

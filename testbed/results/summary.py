@@ -58,6 +58,10 @@ class RunSummary(TypedDict, total=False):
     flow_errors: list[str]
     kernel_drops_lossless: int
     hidden_loss: dict[str, int]  # per switch
+    #: per background flow (testbed.fabric.background): src, dst, tc, offered_mbps,
+    #: frame_bytes, sent_packets, sent_bytes, send_errors, received_packets, received_bytes,
+    #: lost_packets, goodput_mbps, reordered, late_max_s
+    background: dict[str, dict[str, Any]]
     captures: list[str]  # pcaps, relative to the results folder
     fidelity: dict[str, Any]  # testbed.analysis.fidelity.assess
     agents: dict[str, Any]  # what the switch agents ran at

@@ -15,6 +15,8 @@ fidelity), plus:
       - {name: a, src: h1, dst: h3, message_bytes: 65536, duration_s: 10}
     collectives:              # traffic.collectives.CollectiveSpec, run as flows
       - {name: ar, op: all_reduce, size_bytes: 1048576, iterations: 5, channels: 1}
+    background:               # traffic.background.BackgroundSpec: UDP, not RoCE
+      - {name: be, src: h2, dst: h1, tc: 0}       # line rate (rate_mbps), largest frames
     faults:
       - {at_s: 0, link_down: [spine1, leaf3]}     # every parallel link of the pair
       - {at_s: 1, link_down: [spine2, leaf3, 2]}  # only the 2nd of them (1..parallel_links)
@@ -54,6 +56,7 @@ from testbed.config.models import ConfigError, FabricConfig
 from testbed.run.modes import apply_mode
 from testbed.topology.graph import Topology, build_topology, link_ends, pin_route
 from testbed.topology.validate import explain, parse_config, read_yaml
+from traffic.background import BackgroundSpec, frame_size
 from traffic.collectives import CollectiveSpec, default_ranks, flows_of, message_bytes
 from traffic.flows import FlowSpec
 from traffic.names import NAME_PATTERN, PORT_PATTERN, is_name
@@ -193,6 +196,9 @@ class ScenarioExtras(BaseModel):
         default_factory=list, description="Collectives (all-reduce, all-to-all...) among "
         "hosts, run as flows whose steps wait on each other (traffic.collectives); parsing "
         "adds those flows to flows.")
+    background: list[BackgroundSpec] = Field(
+        default_factory=list, description="Best-effort background: constant-rate UDP from the "
+        "hosts' kernels in a lossy class, obeying nothing (traffic.background).")
     faults: list[Fault] = Field(default_factory=list)
     capture: list[Annotated[str, Field(pattern=f"{NAME_PATTERN}|{PORT_PATTERN}")]] = Field(
         default_factory=list, description="Packet captures: a host (h1) or a switch port "
@@ -248,7 +254,8 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
     if cfg is None or extras is None:
         raise ConfigError(problems, source)
     topo = build_topology(cfg)
-    problems = (_flow_problems(cfg, extras, topo) + _fault_problems(extras, topo)
+    problems = (_flow_problems(cfg, extras, topo) + _background_problems(cfg, extras, topo)
+                + _fault_problems(extras, topo)
                 + _route_problems(extras, topo) + _capture_problems(extras, topo))
     if not problems:
         extras, problems = _with_collectives(cfg, extras, topo)
@@ -349,6 +356,29 @@ def _flow_problems(cfg: FabricConfig, extras: ScenarioExtras, topo: Topology) ->
         problems += [m for m in (_past_end(f"flows.{i}.start_s", f.start_s, extras),
                                  _class_problem(cfg, f"flows.{i}.tc", f.tc),
                                  _class_problem(cfg, f"flows.{i}.ack_tc", f.ack_tc)) if m]
+    return problems
+
+
+def _background_problems(cfg: FabricConfig, extras: ScenarioExtras,
+                         topo: Topology) -> list[str]:
+    """Hosts that exist, a class the hosts can mark and that is lossy (background obeys no
+    pause, so in a lossless class it would break the class's promise), frames the MTU carries."""
+    problems, names = [], [b.name for b in extras.background]
+    hosts = {h.name for h in topo.hosts}
+    largest = frame_size(BackgroundSpec(name="x", src="a", dst="b"), topo.mtu)
+    for i, b in enumerate(extras.background):
+        problems += [f"background.{i}.{role}: unknown host {getattr(b, role)!r}"
+                     for role in ("src", "dst") if getattr(b, role) not in hosts]
+        if b.tc in cfg.qos.pfc_enable:
+            problems.append(f"background.{i}.tc: class {b.tc} is lossless (qos.pfc_enable) and "
+                            "background traffic obeys no pause; use a lossy class, e.g. 0")
+        if b.frame_bytes is not None and b.frame_bytes > largest:
+            problems.append(f"background.{i}.frame_bytes: {b.frame_bytes} is over the largest "
+                            f"frame fabric.mtu {topo.mtu} carries ({largest}); use at most that")
+        if names.count(b.name) > 1:
+            problems.append(f"background.{i}.name: {b.name!r} is given twice")
+        problems += [m for m in (_past_end(f"background.{i}.start_s", b.start_s, extras),
+                                 _class_problem(cfg, f"background.{i}.tc", b.tc)) if m]
     return problems
 
 

@@ -67,7 +67,8 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
     and the time), or into ``run_dir``. ``progress`` gets a line per step and per fault as it
     fires; ``status``, if given, a RunStatus every STATUS_PERIOD_S while the flows run;
     ``verdict``, the load against the budget if judged already (summary.json's ``budget``)."""
-    from testbed.fabric.measure import fabric_counters, hidden_loss, kernel_drops
+    from testbed.fabric.background import BackgroundPool
+    from testbed.fabric.measure import fabric_counters
     from testbed.run.bringup import Fabric
     from testbed.run.lifecycle import Run
 
@@ -82,10 +83,12 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
     sampler = stolen = stopped_at = None
     captures = Captures(sc.extras.capture, run_dir, run.state, sc.extras.capture_max_mb,
                         sc.extras.capture_snaplen_bytes)
+    bg = BackgroundPool(sc.extras.background, sc.cfg, sc.topo, run_dir, run.state)
     try:
         fabric.start()
         captures.start(fabric.net)  # before any traffic
         eps = fabric.start_endpoints(sc.extras.endpoints.args())
+        bg.start(fabric.net)
         stolen = _bringup_steal(run, sc, progress)
         runner = FlowRunner(sc.extras.flows, eps, {h.name: h.ip for h in sc.topo.hosts})
         sampler = CounterSampler(fabric, run_dir / P4_COUNTERS_FILE, sc.extras.sample_period_s)
@@ -97,6 +100,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
 
         t0 = time.monotonic()  # flows' start_s and faults' at_s count from here
         runner.start(t0)
+        bg.go(t0)
         timeline.append({"t_s": clock(), "event": "start"})
         progress(f"running for {sc.extras.duration_s:g} s")
         ticker = _Ticker(fabric, runner, t0, sc.extras.duration_s, status)
@@ -110,36 +114,43 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         runner.stop()
         for host, c in eps.items():  # senders stop: what the network holds now stays or drains
             _call(c, host, run_dir, cmd="halt")
+        bg.stop_senders()
         stopped_at = clock()
         timeline.append({"t_s": stopped_at, "event": "senders stop"})
         time.sleep(sc.extras.settle_s)
         check_switches(fabric)
-        counters = fabric_counters(fabric)
-        res.summary = _summary(sc, eps, runner, counters, timeline, run_dir)
-        res.summary["kernel_drops_lossless"] = sum(kernel_drops(counters, tc)
-                                                   for tc in sc.cfg.qos.pfc_enable)
-        res.summary["hidden_loss"] = hidden_loss(counters)
+        bg.stop()  # what the fabric held has arrived by now, or was dropped
+        res.summary = _summary(sc, eps, runner, fabric_counters(fabric), timeline, run_dir)
+        res.summary["background"] = bg.results()
     finally:
+        bg.stop()
         if sampler is not None:
             sampler.stop_event.set()
             sampler.join(timeout=5)
         if captures.targets:
             res.summary["captures"] = captures.stop()
         fabric.stop()
-        tel = run.telemetry_summary()
-        if tel is not None:  # the fidelity guard's verdict and what the agents ran at
-            res.summary.update({k: tel.get(k) for k in ("fidelity", "agents")})
         res.summary.setdefault("timeline", timeline)
         res.summary["budget"] = {**verdict.to_dict(), "auto": sc.auto,
                                  "steal_bringup_pct": stolen}
-        res.summary["watchdog_events"] = _watchdog_events(run_dir)
-        if stopped_at is not None:
-            res.summary["deadlock"] = deadlock_summary(run_dir, stopped_at,
-                                                       list(sc.cfg.qos.pfc_enable))
-        _add_headline(run_dir, res.summary, progress)
-        (run_dir / SUMMARY_FILE).write_text(json.dumps(res.summary, indent=2, default=str))
-        _write_reports(run_dir, progress)
+        _write_results(sc, run, res.summary, stopped_at, progress)
     return res
+
+
+def _write_results(sc: Scenario, run, summary: RunSummary, stopped_at: float | None,
+                   progress) -> None:
+    """The fabric is down: the agents' verdict, the watchdog's events, the deadlock section
+    and the headline join the summary, and summary.json and the reports are written."""
+    run_dir = run.results_dir
+    tel = run.telemetry_summary()
+    if tel is not None:  # the fidelity guard's verdict and what the agents ran at
+        summary.update({k: tel.get(k) for k in ("fidelity", "agents")})
+    summary["watchdog_events"] = _watchdog_events(run_dir)
+    if stopped_at is not None:
+        summary["deadlock"] = deadlock_summary(run_dir, stopped_at, list(sc.cfg.qos.pfc_enable))
+    _add_headline(run_dir, summary, progress)
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
+    _write_reports(run_dir, progress)
 
 
 def _bringup_steal(run, sc: Scenario, progress) -> float | None:
@@ -293,6 +304,8 @@ def _call(client, host: str, run_dir: Path, **req) -> dict:
 
 
 def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> RunSummary:
+    from testbed.fabric.measure import hidden_loss, kernel_drops
+
     snaps = {h: _call(eps[h], h, run_dir, cmd="stats") for h in sorted(eps)}
     flows = {}
     for f in sc.extras.flows:
@@ -324,5 +337,7 @@ def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> Ru
     by_class = per_class(sc_.pfc_tx for sc_ in counters.values())
     return {"scenario": sc.cfg.name, "duration_s": sc.extras.duration_s, "flows": flows,
             "pfc_frames_sent": pfc_tx, "pfc_frames_by_class": by_class, "tester": tester,
-            "timeline": timeline,
-            "flow_errors": runner.errors}
+            "timeline": timeline, "flow_errors": runner.errors,
+            "kernel_drops_lossless": sum(kernel_drops(counters, tc)
+                                         for tc in sc.cfg.qos.pfc_enable),
+            "hidden_loss": hidden_loss(counters)}
