@@ -64,6 +64,23 @@ def test_a_scenario_refuses_what_background_cannot_do() -> None:
     assert sc.extras.background[0].tc == 0
 
 
+def test_a_host_sends_background_or_roce_within_its_line_rate() -> None:
+    """Nothing shares a host's line rate between its RoCE endpoint and its kernel's UDP, so a
+    host that sends both, or more background than its link carries, is refused."""
+    data = scenario()
+    data["flows"].append({"name": "b", "src": "h2", "dst": "h4", "duration_s": 3})
+    with pytest.raises(ConfigError) as info:
+        parse_scenario(data)
+    assert "background.0.src: h2 also sends flow 'b'" in info.value.render()
+    data = scenario(rate_mbps=6)
+    data["background"].append({"name": "be2", "src": "h2", "dst": "h4", "rate_mbps": 5})
+    with pytest.raises(ConfigError) as info:
+        parse_scenario(data)
+    assert ("background.1.rate_mbps: h2's background comes to 11 Mbit/s, over its 10 Mbit/s "
+            "line rate") in info.value.render()
+    assert "background.0.rate_mbps: h2's background comes to 11" not in info.value.render()
+
+
 def test_the_budget_counts_background_frames_on_their_path() -> None:
     """10 Mbit/s of 9014-byte frames is 138.7 frames a second: h2 -> h1 passes leaf1 only, and
     both hosts handle each (the sender's process, the receiver's endpoint socket)."""
@@ -113,6 +130,18 @@ def test_case_9_checks() -> None:
     assert not rest({"headline": {}}).ok
     out = rest(_summary(4.2, 470, (2.9, 2.9)))
     assert out.measured == "be: 4.2 Mbit/s delivered, 470 of 800 frames lost"
+
+
+def test_the_report_and_the_cli_say_what_the_background_did() -> None:
+    from testbed.report.png import background_lines
+
+    row = {"src": "h2", "dst": "h1", "tc": 0, "offered_mbps": 10.0, "goodput_mbps": 4.267,
+           "lost_packets": 478, "sent_packets": 833}
+    assert background_lines({"be": row}) == [
+        "background be: h2 -> h1 in class 0, 10 Mbit/s offered, 4.267 Mbit/s delivered, 478 "
+        "of 833 frames lost"]
+    row.update(goodput_mbps=None, lost_packets=None)  # the receiver wrote nothing
+    assert "unknown Mbit/s delivered, unknown of 833" in background_lines({"be": row})[0]
 
 
 def test_a_sender_and_a_receiver_on_loopback(tmp_path: Path) -> None:

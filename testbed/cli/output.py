@@ -44,6 +44,10 @@ def print_run(run_dir: Path, s: dict) -> None:
         say(f"  capture: {run_dir / pcap}")
     for name, f in s.get("flows", {}).items():
         say(f"  flow {name}: {f['src']} -> {f['dst']}, {f['bytes_received']} bytes")
+    from testbed.report.png import background_lines, deadlock_lines
+
+    for line in background_lines(s.get("background")):
+        say(f"  {line}")
     if s.get("headline"):
         from testbed.report.headline_text import headline_tables
 
@@ -52,8 +56,6 @@ def print_run(run_dir: Path, s: dict) -> None:
     for e in s.get("watchdog_events", []):
         say(f"  watchdog: {e['switch']} port {e['port']} class {e['tc']}: "
             f"{e['event']} {e.get('detail', '')}")
-    from testbed.report.png import deadlock_lines
-
     for line in deadlock_lines(s.get("deadlock")):
         console.print(f"  {line[2:]}", markup=False)
     print_agents(s.get("agents"))

@@ -120,10 +120,7 @@ def _markdown(run_dir: Path, summary: dict) -> None:
     for name, f in summary.get("flows", {}).items():
         lines.append(f"- flow **{name}** {f['src']} -> {f['dst']}: {f['bytes_received']} bytes "
                      f"received, {sum(q['retransmitted'] for q in f['qps'])} packets resent")
-    for name, b in (summary.get("background") or {}).items():
-        lines.append(f"- background **{name}** {b['src']} -> {b['dst']} (class {b['tc']}, "
-                     f"{b['offered_mbps']:g} Mbit/s offered): {b.get('goodput_mbps')} Mbit/s "
-                     f"delivered, {b.get('lost_packets')} of {b.get('sent_packets')} frames lost")
+    lines += [f"- {line}" for line in background_lines(summary.get("background"))]
     if "kernel_drops_lossless" in summary:
         lines.append(f"- drops in lossless classes: {summary['kernel_drops_lossless']}; hidden "
                      f"loss in front of BMv2: {sum(summary.get('hidden_loss', {}).values())}")
@@ -138,6 +135,18 @@ def _markdown(run_dir: Path, summary: dict) -> None:
 
         lines += ["", *headline_markdown(summary["headline"])]
     (run_dir / REPORT_MD_FILE).write_text("\n".join(lines) + "\n")
+
+
+def background_lines(bg: dict | None) -> list[str]:
+    """Each best-effort background flow in words (report.md and `testbed run`); a figure a
+    process did not write reads "unknown"."""
+    def known(v: object) -> object:
+        return "unknown" if v is None else v
+
+    return [f"background {name}: {b['src']} -> {b['dst']} in class {b['tc']}, "
+            f"{b['offered_mbps']:g} Mbit/s offered, {known(b.get('goodput_mbps'))} Mbit/s "
+            f"delivered, {known(b.get('lost_packets'))} of {known(b.get('sent_packets'))} "
+            "frames lost" for name, b in (bg or {}).items()]
 
 
 def deadlock_lines(dl: dict | None) -> list[str]:

@@ -54,9 +54,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from testbed.budget.scenario import AUTO_FIELDS, auto_fields, auto_problem, choose_rates
 from testbed.config.models import ConfigError, FabricConfig
 from testbed.run.modes import apply_mode
+from testbed.run.scenario_background import background_problems, shared_sources
+from testbed.run.scenario_fields import class_problem, past_end
 from testbed.topology.graph import Topology, build_topology, link_ends, pin_route
 from testbed.topology.validate import explain, parse_config, read_yaml
-from traffic.background import BackgroundSpec, frame_size
+from traffic.background import BackgroundSpec
 from traffic.collectives import CollectiveSpec, default_ranks, flows_of, message_bytes
 from traffic.flows import FlowSpec
 from traffic.names import NAME_PATTERN, PORT_PATTERN, is_name
@@ -254,11 +256,12 @@ def parse_scenario(data: dict, source: str = "scenario") -> Scenario:
     if cfg is None or extras is None:
         raise ConfigError(problems, source)
     topo = build_topology(cfg)
-    problems = (_flow_problems(cfg, extras, topo) + _background_problems(cfg, extras, topo)
+    problems = (_flow_problems(cfg, extras, topo) + background_problems(cfg, extras, topo)
                 + _fault_problems(extras, topo)
                 + _route_problems(extras, topo) + _capture_problems(extras, topo))
     if not problems:
         extras, problems = _with_collectives(cfg, extras, topo)
+        problems += shared_sources(extras, topo)  # the collectives' flows send too
     if problems:
         raise ConfigError(problems, source)
     return Scenario(cfg, extras, topo, source)
@@ -297,8 +300,8 @@ def _with_collectives(cfg: FabricConfig, extras: ScenarioExtras,
                             f"{len(ranks)} ranks x {c.channels} channels; use a multiple of "
                             f"{unit}, e.g. {max(1, round(c.size_bytes / unit)) * unit}")
             continue
-        problems += [m for m in (_class_problem(cfg, f"collectives.{i}.tc", c.tc),
-                                 _past_end(f"collectives.{i}.start_s", c.start_s, extras))
+        problems += [m for m in (class_problem(cfg, f"collectives.{i}.tc", c.tc),
+                                 past_end(f"collectives.{i}.start_s", c.start_s, extras))
                      if m]
         # a results folder's scenario.json holds them already: parsing it again adds nothing
         added += [f for f in flows_of(c, ranks) if f not in extras.flows]
@@ -353,55 +356,10 @@ def _flow_problems(cfg: FabricConfig, extras: ScenarioExtras, topo: Topology) ->
             if w is None or w.dst != f.src or w.qps != f.qps or w.start_s != f.start_s:
                 problems.append(f"flows.{i}.after: {g!r} must be a flow into {f.src} with "
                                 f"{f.qps} QPs starting with it (start_s {f.start_s})")
-        problems += [m for m in (_past_end(f"flows.{i}.start_s", f.start_s, extras),
-                                 _class_problem(cfg, f"flows.{i}.tc", f.tc),
-                                 _class_problem(cfg, f"flows.{i}.ack_tc", f.ack_tc)) if m]
+        problems += [m for m in (past_end(f"flows.{i}.start_s", f.start_s, extras),
+                                 class_problem(cfg, f"flows.{i}.tc", f.tc),
+                                 class_problem(cfg, f"flows.{i}.ack_tc", f.ack_tc)) if m]
     return problems
-
-
-def _background_problems(cfg: FabricConfig, extras: ScenarioExtras,
-                         topo: Topology) -> list[str]:
-    """Hosts that exist, a class the hosts can mark and that is lossy (background obeys no
-    pause, so in a lossless class it would break the class's promise), frames the MTU carries."""
-    problems, names = [], [b.name for b in extras.background]
-    hosts = {h.name for h in topo.hosts}
-    largest = frame_size(BackgroundSpec(name="x", src="a", dst="b"), topo.mtu)
-    for i, b in enumerate(extras.background):
-        problems += [f"background.{i}.{role}: unknown host {getattr(b, role)!r}"
-                     for role in ("src", "dst") if getattr(b, role) not in hosts]
-        if b.tc in cfg.qos.pfc_enable:
-            problems.append(f"background.{i}.tc: class {b.tc} is lossless (qos.pfc_enable) and "
-                            "background traffic obeys no pause; use a lossy class, e.g. 0")
-        if b.frame_bytes is not None and b.frame_bytes > largest:
-            problems.append(f"background.{i}.frame_bytes: {b.frame_bytes} is over the largest "
-                            f"frame fabric.mtu {topo.mtu} carries ({largest}); use at most that")
-        if names.count(b.name) > 1:
-            problems.append(f"background.{i}.name: {b.name!r} is given twice")
-        problems += [m for m in (_past_end(f"background.{i}.start_s", b.start_s, extras),
-                                 _class_problem(cfg, f"background.{i}.tc", b.tc)) if m]
-    return problems
-
-
-def _past_end(field_: str, start_s: float, extras: ScenarioExtras) -> str | None:
-    """A start at or after the run's end, in one line (None: inside the run)."""
-    if start_s < extras.duration_s:
-        return None
-    return f"{field_}: {start_s} is past the end (duration_s {extras.duration_s})"
-
-
-def _class_problem(cfg: FabricConfig, field_: str, tc: int | None) -> str | None:
-    """A class no DSCP reaches, with a mapping that would reach it (None: the hosts can send
-    in it, or no class was given)."""
-    dscps = cfg.qos.tc_to_dscp()
-    if tc is None or tc in dscps:
-        return None
-    mapped = cfg.qos.dscp_to_tc_map
-    free = tc << 3 if tc << 3 not in mapped else min(set(range(64)) - set(mapped),
-                                                     default=tc << 3)
-    return (f"{field_}: no DSCP reaches class {tc} (qos.dscp_to_tc_map {mapped}, "
-            f"default_tc {cfg.qos.default_tc}), so the hosts cannot send in it: map one, "
-            f"e.g. qos.dscp_to_tc_map: {{{free}: {tc}}}, or use a class that has one "
-            f"({', '.join(map(str, sorted(dscps)))})")
 
 
 def _fault_problems(extras: ScenarioExtras, topo: Topology) -> list[str]:
