@@ -177,3 +177,16 @@ def test_link_phases_cut_the_run_at_its_link_faults() -> None:
                                            {"leaf1->spine1": 1.0, "leaf1->spine2": 1.0}]
     assert phases[1]["link"] == ["leaf1", "spine1"]
     assert link_phases(rows, topo, [timeline[0], timeline[-1]], (0.0, 6.0)) == []  # no fault
+
+
+def test_background_figures_sum_the_flows_and_an_unknown_stays_unknown(run: Path) -> None:
+    """Without background: none. With two flows: what they delivered together and lost; one
+    whose receiver wrote nothing leaves both figures unknown, never 0."""
+    assert compute_headline(run, summary())["background_mbps"] is None
+    bg = {"a": {"goodput_mbps": 4.25, "lost_packets": 470},
+          "b": {"goodput_mbps": 1.5, "lost_packets": 0}}
+    head = compute_headline(run, {**summary(), "background": bg})
+    assert (head["background_mbps"], head["background_lost"]) == (5.75, 470)
+    bg["b"] = {"goodput_mbps": None, "lost_packets": None}
+    head = compute_headline(run, {**summary(), "background": bg})
+    assert (head["background_mbps"], head["background_lost"]) == (None, None)

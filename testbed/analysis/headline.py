@@ -229,7 +229,18 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
     head.update(efficiency=None if not effs or None in effs else min(effs),
                 op_time_s=None if not ops or None in ops else max(ops),
                 step_p99_s=None if not p99 or None in p99 else max(p99), collectives=coll)
+    head.update(_background(summary.get("background")))
     return head
+
+
+def _background(bg: dict | None) -> dict:
+    """The best-effort background's figures, every background flow together: what arrived
+    (Mbit/s, over each flow's sending time) and what was lost; None without background, or
+    when a flow's figure is unknown (its process wrote none)."""
+    good = [b.get("goodput_mbps") for b in (bg or {}).values()]
+    lost = [b.get("lost_packets") for b in (bg or {}).values()]
+    return {"background_mbps": None if not good or None in good else round(sum(good), 3),
+            "background_lost": None if not lost or None in lost else sum(lost)}
 
 
 def _collectives(scenario: dict, topology: dict, specs: list[FlowSpec],

@@ -28,6 +28,8 @@ FIGURES: list[tuple[str, str]] = [
     ("efficiency", "collective efficiency"),
     ("op_time_s", "collective time/op (s)"),
     ("step_p99_s", "collective step p99 (s)"),
+    ("background_mbps", "background delivered (Mbit/s)"),
+    ("background_lost", "background frames lost"),
 ]
 
 #: The per-flow table's columns: (key in a flow's figures, label).
