@@ -172,3 +172,20 @@ def test_a_sender_and_a_receiver_on_loopback(tmp_path: Path) -> None:
     assert got["received_bytes"] == sent["sent_bytes"]
     assert got["highest_seq"] == sent["sent_packets"] - 1 and got["reordered"] == 0
     assert sent["first_s"] >= 0.2
+    marks = got["series"]  # what had arrived, noted as it went: never less, the last all of it
+    assert len(marks) >= 2 and marks[-1][1] == got["received_bytes"]
+    assert all(b[0] >= a[0] and b[1] >= a[1] for a, b in zip(marks, marks[1:], strict=False))
+
+
+def test_the_receivers_marks_become_goodput_over_time_on_the_runs_clock() -> None:
+    """[monotonic s, bytes so far] -> [t_s, Mbit/s] over each interval, at its end, counted
+    from the run's origin; the report draws them as the flow's line, marked background."""
+    from testbed.fabric.background import rates
+    from testbed.report.data import background
+
+    marks = [[100.0, 0], [100.25, 125_000], [100.5, 125_000], [100.75, 312_500]]
+    assert rates(marks, 99.0) == [[1.25, 4.0], [1.5, 0.0], [1.75, 6.0]]
+    assert rates([], 99.0) == [] and rates([[100.0, 5]], 99.0) == []
+    line = background({"background": {"be": {"tc": 0, "series": rates(marks, 99.0)}}})[0]
+    assert (line.label, line.t, line.y) == ("be (background, class 0)", [1.25, 1.5, 1.75],
+                                            [4.0, 0.0, 6.0])

@@ -13,8 +13,9 @@ send`` on its source and ``... recv`` on its destination. The sender waits for t
 on its standard input (one line, the run's t0 on CLOCK_MONOTONIC, which every namespace
 shares), sends from ``t0 + start_s`` for ``duration_s`` (or until it is told to stop), and
 writes what it sent as JSON when it ends; the receiver counts what arrives until it is told to
-stop, and writes the same. Each datagram carries its sequence number (8 bytes, big-endian) so
-the receiver can tell loss from reordering.
+stop, and writes the same, with what had arrived every :data:`SAMPLE_S`. Each datagram
+carries its sequence number (8 bytes, big-endian) so the receiver can tell loss from
+reordering.
 
 The sender paces itself as a NIC does, one frame every ``frame_bytes * 8 / rate`` seconds, and
 keeps no debt beyond one frame when its process comes late (a late NIC does not then burst at
@@ -47,6 +48,8 @@ SEQ = struct.Struct("!Q")
 MIN_FRAME_BYTES = FRAME_OVERHEAD + SEQ.size
 #: How often a receiver with nothing arriving looks whether it was told to stop.
 RECV_POLL_S = 0.2
+#: How often the receiver notes what has arrived so far (its series: goodput over time).
+SAMPLE_S = 0.25
 
 
 class BackgroundSpec(BaseModel):
@@ -159,8 +162,14 @@ def receive(args: argparse.Namespace) -> dict:
     sock.bind((args.dst_ip, args.port))
     sock.settimeout(RECV_POLL_S)
     buf = bytearray(65536)
-    out = {"received_packets": 0, "received_bytes": 0, "highest_seq": -1, "reordered": 0}
+    out: dict = {"received_packets": 0, "received_bytes": 0, "highest_seq": -1, "reordered": 0,
+                 "series": []}  # [monotonic s, bytes received so far], every SAMPLE_S
+    next_sample = time.monotonic()
     while not stop.now:
+        now = time.monotonic()
+        if now >= next_sample:
+            out["series"].append([now, out["received_bytes"]])
+            next_sample = now + SAMPLE_S
         try:
             n = sock.recv_into(buf)
         except (TimeoutError, InterruptedError):
@@ -173,6 +182,7 @@ def receive(args: argparse.Namespace) -> dict:
         if seq < out["highest_seq"]:
             out["reordered"] += 1
         out["highest_seq"] = max(out["highest_seq"], seq)
+    out["series"].append([time.monotonic(), out["received_bytes"]])
     sock.close()
     return out
 

@@ -112,12 +112,15 @@ class BackgroundPool:
         self._end(self.receivers)
         self.receivers = []
 
-    def results(self) -> dict[str, dict]:
+    def results(self, clock_t0: float) -> dict[str, dict]:
         """Per flow: what was sent and what arrived, and what was lost between (the frames the
-        receiver did not count); a figure a process did not write is None (unknown)."""
+        receiver did not count); a figure a process did not write is None (unknown). Its
+        ``series``: [t_s, Mbit/s] over each interval the receiver noted, on the run's clock
+        (``clock_t0``: its origin on CLOCK_MONOTONIC, as the endpoints' series count it)."""
         out = {}
         for spec in self.specs:
             sent, got = _read(self._sent(spec)), _read(self._received(spec))
+            got["series"] = rates(got.get("series") or [], clock_t0)
             row: dict = {"src": spec.src, "dst": spec.dst, "tc": spec.tc,
                          "offered_mbps": offered_mbps(spec, self.topo.host(spec.src).rate_mbps),
                          "frame_bytes": frame_size(spec, self.topo.mtu), **sent, **got}
@@ -129,6 +132,13 @@ class BackgroundPool:
                                    if known and span > 0 else None)
             out[spec.name] = row
         return out
+
+
+def rates(marks: list, clock_t0: float) -> list[list[float]]:
+    """The receiver's marks ([monotonic s, bytes so far]) as [t_s, Mbit/s] over each interval,
+    at the interval's end, on the run's clock. Pure."""
+    return [[round(t - clock_t0, 3), round((b - b0) * 8 / (t - t0) / 1e6, 3)]
+            for (t0, b0), (t, b) in zip(marks, marks[1:], strict=False) if t > t0]
 
 
 def _read(path: Path) -> dict:

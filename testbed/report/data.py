@@ -68,7 +68,8 @@ def qp_flows(summary: dict) -> dict[tuple[str, int], str]:
 
 
 def goodput(run_dir: Path, summary: dict) -> tuple[list[Series], dict[str, list[Series]]]:
-    """Each flow's goodput (its QPs summed per sample) and each QP's, in Mbit/s."""
+    """Each flow's goodput (its QPs summed per sample), then each background flow's, and each
+    QP's, in Mbit/s."""
     owner = qp_flows(summary)
     per_qp: dict[str, dict[str, Series]] = defaultdict(dict)
     per_flow: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
@@ -84,7 +85,15 @@ def goodput(run_dir: Path, summary: dict) -> tuple[list[Series], dict[str, list[
             per_flow[flow][t] += mbps
     flows = [Series(name, sorted(pts), [pts[t] for t in sorted(pts)])
              for name, pts in per_flow.items()]
-    return flows, {name: list(qs.values()) for name, qs in per_qp.items()}
+    return flows + background(summary), {name: list(qs.values()) for name, qs in per_qp.items()}
+
+
+def background(summary: dict) -> list[Series]:
+    """Each best-effort background flow's goodput over time (what its receiver counted),
+    labelled as background."""
+    return [Series(f"{name} (background, class {b['tc']})", [t for t, _ in b["series"]],
+                   [v for _, v in b["series"]])
+            for name, b in (summary.get("background") or {}).items() if b.get("series")]
 
 
 def dcqcn_series(run_dir: Path, summary: dict) -> tuple[list[Series], list[Series]]:

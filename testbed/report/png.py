@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from testbed.report.data import busy_queues, pause_spans, queue_series
+from testbed.report.data import background, busy_queues, pause_spans, queue_series
 from testbed.results.endpoints import endpoint_hosts, read_qp_series
 from testbed.results.files import REPORT_MD_FILE, REPORT_PNG_FILE, SUMMARY_FILE
 from testbed.results.summary import read_summary
@@ -28,7 +28,7 @@ def make_report(run_dir: Path) -> Path:
     summary = read_summary(run_dir) if (run_dir / SUMMARY_FILE).exists() else {}
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     ax_rate, ax_q, ax_p = axes
-    _plot_goodput(ax_rate, run_dir)
+    _plot_goodput(ax_rate, run_dir, summary)
     paused_rows = _plot_queues(ax_q, run_dir)
     _plot_pauses(ax_p, paused_rows)
     _mark_timeline(axes, ax_q, summary)
@@ -50,8 +50,8 @@ def make_report(run_dir: Path) -> Path:
     return png
 
 
-def _plot_goodput(ax_rate, run_dir: Path) -> None:
-    """1. goodput per sending QP (endpoint time series)."""
+def _plot_goodput(ax_rate, run_dir: Path, summary: dict) -> None:
+    """1. goodput per sending QP (endpoint time series), and each background flow's, dashed."""
     for host in endpoint_hosts(run_dir):
         series: dict[int, list[tuple[float, float]]] = defaultdict(list)
         for r in read_qp_series(run_dir, host):
@@ -60,6 +60,8 @@ def _plot_goodput(ax_rate, run_dir: Path) -> None:
         for qpn, pts in series.items():
             if any(v for _, v in pts):
                 ax_rate.plot([t for t, _ in pts], [v for _, v in pts], label=f"{host} QP {qpn}")
+    for bg in background(summary):
+        ax_rate.plot(bg.t, bg.y, "--", label=bg.label)
     ax_rate.set_ylabel("goodput (Mbit/s)")
     ax_rate.set_title("senders")
     if ax_rate.lines:

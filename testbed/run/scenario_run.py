@@ -121,7 +121,7 @@ def run_scenario(sc: Scenario, results_root: Path, progress=print,
         check_switches(fabric)
         bg.stop()  # what the fabric held has arrived by now, or was dropped
         res.summary = _summary(sc, eps, runner, fabric_counters(fabric), timeline, run_dir)
-        res.summary["background"] = bg.results()
+        res.summary["background"] = bg.results(fabric.t0)
     finally:
         bg.stop()
         if sampler is not None:
