@@ -31,6 +31,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import time
 from dataclasses import asdict
 
@@ -64,7 +65,6 @@ from traffic.packets import (
     parse_pfc,
     parse_roce,
 )
-from traffic.rx_wait import SOL_PACKET, RxWaitMeter, arrival_time, socket_drops
 from traffic.tcp_endpoint import TcpEndpoint
 from traffic.wire import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS, ROCEV2_UDP_PORT
 
@@ -74,7 +74,9 @@ __all__ = ["CNP_TC", "MESSAGE_COLUMNS", "PFC_QUANTUM_BITS", "QP_COLUMNS", "STATS
 
 log = logging.getLogger("roce.endpoint")
 
+SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back to us
+PACKET_STATISTICS = 6  # packet(7): struct tpacket_stats {tp_packets, tp_drops}
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32  # socket(7); Python may not name them
 SOCKET_BUFFER_BYTES = 8 * 1024 * 1024
 #: A sleeping loop wakes for a QP pacer's next frame no sooner than this: at 1,000 frames/s it
@@ -114,7 +116,6 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         self._next_housekeeping = 0.0
         self._byte_s = 8 / cfg.line_rate_bps  # NIC seconds per byte
         self._open_telemetry()
-        self.rx_wait = RxWaitMeter(self.stats)
         self._open_sockets()
 
     # -- sockets ------------------------------------------------------------------------
@@ -131,7 +132,6 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
             except OSError:
                 self.raw.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER_BYTES)
         self.raw.bind((self.cfg.intf, ETH_P_ALL))
-        arrival_time(self.raw)  # the kernel stamps each frame from now on (traffic.rx_wait)
         # Without our own frames coming back, recv() serves: recvfrom() would cost an extra
         # ioctl per frame (CPython looks up the interface name for the address it returns).
         self._ignore_outgoing = True
@@ -312,31 +312,30 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         on_frame = self._on_frame
         if self._ignore_outgoing:
             recv = raw.recv
-            for i in range(256):
+            for _ in range(256):
                 try:
                     frame = recv(65536)
                 except BlockingIOError:
                     return False
-                if not i:  # the oldest of the batch: how long it waited (traffic.rx_wait)
-                    self.rx_wait.first(raw)
                 on_frame(frame, now)
         else:
             recvfrom = raw.recvfrom
-            for i in range(256):
+            for _ in range(256):
                 try:
                     frame, addr = recvfrom(65536)
                 except BlockingIOError:
                     return False
-                if not i:
-                    self.rx_wait.first(raw)
                 if addr[2] != PACKET_OUTGOING:
                     on_frame(frame, now)
         return True
 
     def _count_socket_drops(self) -> None:
-        """Frames the kernel dropped at our receive buffer since the last call."""
-        self.stats.rx_socket_drops += socket_drops(self.raw)
-
+        """Frames the kernel dropped at our receive buffer since the last call
+        (PACKET_STATISTICS, packet(7): reading it resets it)."""
+        with contextlib.suppress(OSError):
+            _packets, drops = struct.unpack(
+                "II", self.raw.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+            self.stats.rx_socket_drops += drops
     def _housekeeping(self, now: float) -> float:
         """Duration flows' refills, retransmission timeouts and DCQCN's rate-increase timer;
         returns when they next need a look.

@@ -86,9 +86,6 @@ STATS_COLUMNS = [
                     "later than the pacers' slack repays: line-rate time lost to the host's "
                     "CPU, not to the protocol (fidelity check host_lag)"),
     ("late_max_s", "the latest the process came to a frame that was due (seconds)"),
-    ("rx_wait_max_s", "the longest a frame that reached the host waited in the endpoint's "
-                      "socket before the process read it (seconds; traffic.rx_wait); None in "
-                      "mode tcp, where the kernel receives"),
 ]
 
 
@@ -116,7 +113,6 @@ class EndpointStats:
     active_s: float | None = None  # None: not measured (mode tcp); traffic.pacing sets them
     late_lost_s: float | None = None
     late_max_s: float | None = None
-    rx_wait_max_s: float | None = None  # traffic.rx_wait sets it
 
 
 class Telemetry:

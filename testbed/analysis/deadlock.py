@@ -237,8 +237,8 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                      pipeline_drops: int | None = None,
                      switches: list[str] | None = None,
                      host_lag_pct: float | None = None, hosts_pace: bool = True,
-                     host_lag_host: str | None = None, host_lag_longest_ms: float | None = None,
-                     rx_wait_ms: float | None = None, rx_wait_host: str | None = None,
+                     host_lag_host: str | None = None,
+                     host_lag_longest_ms: float | None = None,
                      unmeasured: dict[str, str] | None = None) -> Figures:
     """The figures the fidelity guard judges, from a results folder's telemetry (and what only
     the running fabric could tell: the hidden loss and the pipeline's drops from the switches'
@@ -305,7 +305,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                                 if e.reaction_us is not None), default=0)
                            if ok_series and not blind else None),
         host_lag_pct=host_lag_pct, hosts_pace=hosts_pace, host_lag_host=host_lag_host,
-        host_lag_longest_ms=host_lag_longest_ms, rx_wait_ms=rx_wait_ms, rx_wait_host=rx_wait_host,
+        host_lag_longest_ms=host_lag_longest_ms,
         cpu_saturated_s=_cpu_saturated(cpu, cpu_busy_pct, why),
         steal_pct=steal[0], steal_peak_pct=steal[1],
         watchdog_drops=wd if ok_series else None,

@@ -87,11 +87,6 @@ class Figures:
     host_lag_pct: float | None = None  # the most line-rate time a host lost to its lateness
     host_lag_host: str | None = None  # which host that was
     host_lag_longest_ms: float | None = None  # and the longest it came late to a frame
-    #: The longest a frame that reached a host waited for its endpoint's process
-    #: (traffic.rx_wait), and which host (None: not measured, or mode tcp). Not a check: said
-    #: beside the verdict when it reaches fidelity.bmv2_lag_ms, a switch's allowed hold.
-    rx_wait_ms: float | None = None
-    rx_wait_host: str | None = None
     #: The endpoints pace their own frames (RoCE); False in mode tcp: host_lag does not apply.
     hosts_pace: bool = True
     cpu_saturated_s: float | None = None
@@ -213,9 +208,6 @@ def assess(fig: Figures, budget: Budgets) -> dict:
             "steal": {"mean_pct": fig.steal_pct, "peak_pct": fig.steal_peak_pct,
                       "note": steal_note(fig.steal_pct, fig.steal_peak_pct,
                                          budget.steal_note_pct)},
-            "rx_wait": {"max_ms": fig.rx_wait_ms, "host": fig.rx_wait_host,
-                        "note": rx_wait_note(fig.rx_wait_ms, fig.rx_wait_host,
-                                             budget.bmv2_lag_us / 1000)},
             "checks": [asdict(c) for c in cs]}
 
 
@@ -228,17 +220,6 @@ def steal_note(mean_pct: float | None, peak_pct: float | None, limit_pct: float,
     return (f"the hypervisor gave {mean_pct:.0f}% of this machine's CPU time to others "
             f"{when} (steal{peak}): the fabric had that much less than its budget assumes, "
             "and a contended host, not the scenario, may be why a check failed")
-
-
-def rx_wait_note(wait_ms: float | None, host: str | None, limit_ms: float) -> str | None:
-    """What the hosts' receive waits were, in words, when the longest reached ``limit_ms``
-    (fidelity.bmv2_lag_ms: what a switch may hold a packet before its run is flagged)."""
-    if wait_ms is None or wait_ms < limit_ms:
-        return None
-    return (f"a frame waited {wait_ms:.0f} ms in {host}'s endpoint socket before its process "
-            f"read it (a switch may hold one {limit_ms:g} ms, fidelity.bmv2_lag_ms): the ACKs, "
-            "CNPs and deliveries of that host came late by as much, set by its CPU; not a "
-            "check (traffic/rx_wait.py)")
 
 
 def unmade(why: str) -> dict:
@@ -263,8 +244,8 @@ def lines(section: dict | None) -> list[str]:
     """The fidelity section in words, for the CLI and report.md."""
     if not section:
         return [f"FIDELITY UNKNOWN: {verdict_problem(section)}"]
-    notes = [f"  note: {n}" for n in ((section.get("steal") or {}).get("note"),
-                                       (section.get("rx_wait") or {}).get("note")) if n]
+    note = (section.get("steal") or {}).get("note")
+    notes = [f"  note: {note}"] if note else []
     if section["ok"]:
         names = ", ".join(c["name"] for c in section["checks"])
         wd = section.get("watchdog_drops")

@@ -45,10 +45,6 @@ class EndpointPool:
         self.host_lag_pct: float | None = None
         self.host_lag_host: str | None = None  # the host of that share
         self.host_lag_longest_ms: float | None = None  # and the longest it came late
-        #: The longest a frame that reached a host waited for its endpoint's process
-        #: (traffic.rx_wait), and which host; None when not every endpoint said.
-        self.rx_wait_ms: float | None = None
-        self.rx_wait_host: str | None = None
         #: The endpoints pace their own frames and measure their lateness (RoCE); False when
         #: none of them does (mode tcp: the kernel sends), as their stats say.
         self.hosts_pace = True
@@ -99,7 +95,6 @@ class EndpointPool:
         lost = 0
         shares: dict[str, float | None] = {}
         longest: dict[str, float] = {}
-        waits: dict[str, float | None] = {}
         for host, c in self.clients.items():
             try:
                 st = c.call(cmd="stats")["stats"]
@@ -111,7 +106,6 @@ class EndpointPool:
             lost += st.get("rx_socket_drops", 0) + st.get("send_errors", 0)
             shares[host] = lost_share(st)
             longest[host] = st.get("late_max_s") or 0.0
-            waits[host] = st.get("rx_wait_max_s")
         if self.host_loss is not None:
             self.host_loss += lost
         measured = {h: v for h, v in shares.items() if v is not None}
@@ -121,17 +115,12 @@ class EndpointPool:
             self.host_lag_pct = round(100 * measured[worst], 2)
             self.host_lag_host = worst
             self.host_lag_longest_ms = round(1000 * longest[worst], 1)
-        if waits and all(v is not None for v in waits.values()):
-            slowest = max(waits, key=lambda h: waits[h] or 0.0)
-            self.rx_wait_ms = round(1000 * (waits[slowest] or 0.0), 1)
-            self.rx_wait_host = slowest
 
     def host_lag(self) -> dict:
         """The hosts' lag as the run's verdict takes it (``write_telemetry_summary``)."""
         return {"host_lag_pct": self.host_lag_pct, "hosts_pace": self.hosts_pace,
                 "host_lag_host": self.host_lag_host,
-                "host_lag_longest_ms": self.host_lag_longest_ms,
-                "rx_wait_ms": self.rx_wait_ms, "rx_wait_host": self.rx_wait_host}
+                "host_lag_longest_ms": self.host_lag_longest_ms}
 
     def stop(self) -> None:
         """Read the host loss, then ask each endpoint to stop, and wait for it."""

@@ -180,16 +180,13 @@ class Run:
                                 host_loss_unknown: str | None = None, *,
                                 host_lag_pct: float | None = None,
                                 hosts_pace: bool = True, host_lag_host: str | None = None,
-                                host_lag_longest_ms: float | None = None,
-                                rx_wait_ms: float | None = None,
-                                rx_wait_host: str | None = None) -> None:
+                                host_lag_longest_ms: float | None = None) -> None:
         """telemetry/summary.json beside the agents' CSVs, with the fidelity guard's verdict:
         a failed run keeps it too. ``host_loss``: what the endpoints lost at their sockets
         (None: unknown, ``host_loss_unknown`` says why); ``host_lag_pct``: the most line-rate
         time a host lost to its own lateness (None: unknown, for the same reason), unless the
         hosts do not pace their frames (``hosts_pace`` False: mode tcp); which host, and the
-        longest it came late, for the verdict's words; ``rx_wait_ms``: the longest a frame
-        waited for a host's endpoint, and on which host (a note, not a check). When the figures
+        longest it came late, for the verdict's words. When the figures
         cannot be gathered at all, the file still says so: a verdict that is not ok, with why."""
         from testbed.analysis.deadlock import fidelity_figures, telemetry_summary
         from testbed.analysis.fidelity import assess, unmade
@@ -210,7 +207,6 @@ class Run:
                                     host_lag_pct=host_lag_pct,
                                     hosts_pace=hosts_pace, host_lag_host=host_lag_host,
                                     host_lag_longest_ms=host_lag_longest_ms,
-                                    rx_wait_ms=rx_wait_ms, rx_wait_host=rx_wait_host,
                                     unmeasured=why)
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a killed agent's half CSV
