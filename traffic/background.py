@@ -79,9 +79,14 @@ class BackgroundSpec(BaseModel):
         return self
 
 
+def largest_frame(mtu: int) -> int:
+    """The largest frame an IP MTU of ``mtu`` carries unfragmented, with its Ethernet header."""
+    return mtu + ETH_HEADER_LEN
+
+
 def frame_size(spec: BackgroundSpec, mtu: int) -> int:
-    """The flow's frame size: as written, else the largest an IP MTU of ``mtu`` carries."""
-    return spec.frame_bytes if spec.frame_bytes is not None else mtu + ETH_HEADER_LEN
+    """The flow's frame size: as written, else the largest the MTU carries."""
+    return spec.frame_bytes if spec.frame_bytes is not None else largest_frame(mtu)
 
 
 def offered_mbps(spec: BackgroundSpec, line_rate_mbps: float) -> float:

@@ -343,10 +343,6 @@ def tester_cnps(summary: Summary) -> Outcome:
                    said or "no CNP", bound)
 
 
-def _background(summary: Summary) -> dict[str, dict]:
-    return summary.get("background") or {}
-
-
 def rates_at_least(mbps: float) -> CheckFn:
     """The lossless class keeps its rate beside the background: every RoCE flow's goodput
     (headline, over its active time) at least ``mbps``."""
@@ -364,7 +360,7 @@ def background_took_the_rest(min_mbps: float) -> CheckFn:
     (what the lossless flows leave of the port, less a margin) and lost what did not fit (it
     offered more than was left: the port was contended, and the loss fell on best effort)."""
     def check(summary: Summary) -> Outcome:
-        bg = _background(summary)
+        bg = summary.get("background") or {}
         if not bg:
             return Outcome(False, "no background flow in the summary",
                            f">= {min_mbps:g} Mbit/s delivered and > 0 lost, each")

@@ -48,6 +48,9 @@ class BackgroundPool:
     def _received(self, spec: BackgroundSpec) -> Path:
         return self.out / f"{spec.name}{BACKGROUND_RECEIVED_SUFFIX}"
 
+    def _rate_mbps(self, spec: BackgroundSpec) -> float:
+        return offered_mbps(spec, self.topo.host(spec.src).rate_mbps)
+
     def commands(self, i: int, spec: BackgroundSpec) -> tuple[list[str], list[str]]:
         """The receiver's and the sender's command lines of flow ``i``."""
         src, dst = self.topo.host(spec.src), self.topo.host(spec.dst)
@@ -58,7 +61,7 @@ class BackgroundPool:
         send = [*me, "send", "--src-ip", src.ip, "--dst-ip", dst.ip, "--port", port,
                 "--dscp", str(self.cfg.qos.tc_to_dscp()[spec.tc]),
                 "--frame-bytes", str(frame_size(spec, self.topo.mtu)),
-                "--rate-bps", repr(offered_mbps(spec, self.topo.host(spec.src).rate_mbps) * 1e6),
+                "--rate-bps", repr(self._rate_mbps(spec) * 1e6),
                 "--start-s", repr(spec.start_s), "--duration-s", repr(spec.duration_s or 0.0),
                 "--out", str(self._sent(spec))]
         return recv, send
@@ -122,7 +125,7 @@ class BackgroundPool:
             sent, got = _read(self._sent(spec)), _read(self._received(spec))
             got["series"] = rates(got.get("series") or [], clock_t0)
             row: dict = {"src": spec.src, "dst": spec.dst, "tc": spec.tc,
-                         "offered_mbps": offered_mbps(spec, self.topo.host(spec.src).rate_mbps),
+                         "offered_mbps": self._rate_mbps(spec),
                          "frame_bytes": frame_size(spec, self.topo.mtu), **sent, **got}
             known = sent.get("sent_packets") is not None and got.get("received_packets") is not None
             row["lost_packets"] = (sent["sent_packets"] - got["received_packets"]

@@ -60,7 +60,7 @@ class RunSummary(TypedDict, total=False):
     hidden_loss: dict[str, int]  # per switch
     #: per background flow (testbed.fabric.background): src, dst, tc, offered_mbps,
     #: frame_bytes, sent_packets, sent_bytes, send_errors, received_packets, received_bytes,
-    #: lost_packets, goodput_mbps, reordered, late_max_s
+    #: lost_packets, goodput_mbps, reordered, late_max_s, series ([t_s, Mbit/s])
     background: dict[str, dict[str, Any]]
     captures: list[str]  # pcaps, relative to the results folder
     fidelity: dict[str, Any]  # testbed.analysis.fidelity.assess

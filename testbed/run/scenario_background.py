@@ -15,7 +15,7 @@ from typing import Any
 from testbed.config.models import FabricConfig
 from testbed.run.scenario_fields import class_problem, past_end
 from testbed.topology.graph import Topology
-from traffic.background import BackgroundSpec, frame_size, offered_mbps
+from traffic.background import largest_frame, offered_mbps
 
 
 def background_problems(cfg: FabricConfig, extras: Any,
@@ -24,7 +24,7 @@ def background_problems(cfg: FabricConfig, extras: Any,
     pause, so in a lossless class it would break the class's promise), frames the MTU carries."""
     problems, names = [], [b.name for b in extras.background]
     hosts = {h.name for h in topo.hosts}
-    largest = frame_size(BackgroundSpec(name="x", src="a", dst="b"), topo.mtu)
+    largest = largest_frame(topo.mtu)
     for i, b in enumerate(extras.background):
         problems += [f"background.{i}.{role}: unknown host {getattr(b, role)!r}"
                      for role in ("src", "dst") if getattr(b, role) not in hosts]
