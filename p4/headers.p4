@@ -33,6 +33,9 @@ const bit<32> THRESHOLD_NEVER       = 0xFFFFFFFF; /* a queue threshold no queue 
 const bit<32> NUM_TCS   = 8;
 const bit<32> NUM_PORTS = 512;
 #define PORT_TC_CELLS 4096
+/* The cell of port 0, class 0: no switch port is numbered 0, so it never holds a queue and
+ * stays empty. A queue with no profiled class above it on its port names it as that class. */
+const bit<32> EMPTY_CELL = 0;
 
 header ethernet_h {
     mac_addr_t dst_addr;

@@ -109,3 +109,24 @@ def test_an_xoff_that_names_its_queue_makes_that_queue_alone_hot() -> None:
         b = _Agent()
         b.on_own_pfc(b.ports[1], {3: 100}, cause)
         assert b.hot == {(1, 3), (2, 3)}, cause
+
+
+def test_a_resync_ticks_the_phantoms_above_a_lossless_class_too() -> None:
+    """With SONiC's layout the agent resyncs classes 3 and 4 (lossless) and 5 (a phantom above
+    them, which theirs drain under): a backlog in class 5 gets a resync tick with it, a lossy
+    class below (0) none; the config the testbed writes names them."""
+    from testbed.agent.config import agent_config
+    from testbed.config.models import QosConfig
+    from testbed.machine.ports import ClassStats
+
+    sonic = QosConfig.model_validate({"profile": "sonic"})
+    written = agent_config("leaf1", [], sonic, "agt", 0.01, 0.1, "/tmp", 9014)
+    assert written["resynced"] == [3, 4, 5] and written["lossless"] == [3, 4]
+    agent = _Agent()
+    agent.cfg = SimpleNamespace(lossless=[3, 4], resync_classes=[3, 4, 5],
+                                tick_src_mac="02:00:00:00:00:fe")
+    held = {tc: ClassStats(backlog_bytes=9000, backlog_packets=1, sent_packets=0,
+                           sent_bytes=0, drops=0) for tc in (0, 5)}
+    agent.tick({1: held, 2: {}})
+    ticked = [TICK_BODY.unpack_from(f, 14)[:3] for f in agent.tick_sock.sent]
+    assert ticked == [(1, 5, 9000)]

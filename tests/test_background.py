@@ -93,14 +93,17 @@ def test_the_budget_counts_background_frames_on_their_path() -> None:
     assert load.host_fps == pytest.approx({"h1": fps, "h2": fps, "h3": 0, "h4": 0})
 
 
-def test_background_above_a_lossless_class_is_told_before_the_run() -> None:
-    """Class 5 ranks above lossless class 3 in the ports' strict priority: the class-3 phantom,
-    draining at the full port rate, cannot follow it (the run is flagged phantom_below, as
-    measured with rocev2.9's background moved to class 5: 63,636 bytes below, headroom
-    42,354). Class 0, below it, is no trouble."""
-    sc = parse_scenario(scenario(tc=5))
+def test_background_above_a_lossless_class_without_a_phantom_is_told_before_the_run() -> None:
+    """Class 5 ranks above lossless class 3 in the ports' strict priority: it keeps a phantom
+    (phantom_classes), and class 3's drains with what it leaves, so nothing is said. Class 6,
+    which only CNPs reach, keeps none: the class-3 phantom would drain at the full port rate
+    under it (measured, before classes above kept phantoms, with rocev2.9's background in
+    class 5: 63,636 bytes below, the headroom 42,354), and the user is told. Class 0, below,
+    is no trouble."""
+    assert shared_lossless_ports(*_parts(parse_scenario(scenario(tc=5)))) is None
+    sc = parse_scenario(scenario(tc=6))
     w = shared_lossless_ports(sc.cfg, sc.topo, sc.extras)
-    assert w is not None and w.startswith("flow and background a (class 3) and be (class 5) "
+    assert w is not None and w.startswith("flow and background a (class 3) and be (class 6) "
                                           "cross leaf1 port ")
     assert "strict priority" in w and "phantom_below" in w
     assert shared_lossless_ports(*_parts(parse_scenario(scenario()))) is None

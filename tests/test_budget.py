@@ -103,15 +103,21 @@ def _two_classes(c4_start: float) -> dict:
                       {"name": "c", "src": "h4", "dst": "h3", "duration_s": 5, "tc": 4}]}
 
 
-def test_two_lossless_classes_on_one_port_at_once_are_told_before_the_run() -> None:
-    """Classes 3 and 4 both into h1 while both send: leaf1's port to h1 carries two busy
-    lossless classes, which the phantom cannot follow (docs/DESIGN.md). One after the other, or
-    on different ports, or one lossless class: nothing to say."""
+def test_a_higher_class_without_a_phantom_on_a_lossless_port_is_told_before_the_run() -> None:
+    """Classes 3 and 4 both into h1 at once: both keep phantoms, and class 3's drains with what
+    class 4 leaves of the port (p4/lossless.p4, drain_under): nothing to say. A flow in class
+    6 instead, the class only CNPs reach, which keeps no phantom, beside class 3 on leaf1's port
+    to h1: the class 3 phantom would drain under it at the full rate, and the user is told."""
     sc = parse_scenario(_two_classes(0.0))
+    assert shared_lossless_ports(sc.cfg, sc.topo, sc.extras) is None
+    raw = _two_classes(0.0)
+    raw["flows"][1]["tc"] = 6
+    sc = parse_scenario(raw)
     w = shared_lossless_ports(sc.cfg, sc.topo, sc.extras)
-    assert w is not None and w.startswith("flows a (class 3) and b (class 4) cross leaf1 port ")
-    assert "phantom_below" in w
-    sc = parse_scenario(_two_classes(2.0))  # b starts as a ends; c never meets a
+    assert w is not None and w.startswith("flows a (class 3) and b (class 6) cross leaf1 port ")
+    assert "keeps no phantom" in w and "phantom_below" in w
+    raw["flows"][1]["start_s"] = 2.0  # b starts as a ends
+    sc = parse_scenario(raw)
     assert shared_lossless_ports(sc.cfg, sc.topo, sc.extras) is None
     sc = load_scenario(INCAST)
     assert shared_lossless_ports(sc.cfg, sc.topo, sc.extras) is None

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from testbed.config.constants import PFC_MCAST_GROUP, THRESHOLD_NEVER
+from testbed.config.constants import EMPTY_CELL, PFC_MCAST_GROUP, THRESHOLD_NEVER
 from testbed.config.models import FabricConfig, FabricShape
 from testbed.control.entries import (
     INGRESS,
     EntryBuilder,
     build_switch_program,
+    classes_above,
     encode,
     hash_masks,
     load_p4info,
@@ -396,6 +397,37 @@ def test_a_queue_that_does_not_mark_or_pause_has_that_threshold_out_of_reach() -
     assert mine[1]["xoff"] == THRESHOLD_NEVER
     assert mine[1]["kmin"] < mine[1]["kmax"] < THRESHOLD_NEVER
     assert mine[3]["kmax"] < mine[3]["xoff"] < THRESHOLD_NEVER
+
+
+def test_classes_sharing_a_port_name_the_phantoms_above_them() -> None:
+    """SONiC's layout keeps phantoms of lossless classes 3 and 4 and of class 5 above them
+    (DSCP 46): the port serves them in strict priority, so each queue's entries name the
+    nearest two phantoms above it (EMPTY_CELL where there is none), which its own drains from
+    (p4/lossless.p4, admit_shared, tick_queue_shared). A port with one phantom, the default
+    fabric's, keeps the plain actions."""
+    assert classes_above([5, 3, 4]) == {3: (4, 5), 4: (5, None), 5: (None, None)}
+    assert classes_above([3]) == {3: (None, None)}
+    cfg = FabricConfig.model_validate({"qos": {"profile": "sonic"}})
+    leaf = build_topology(cfg).leaves[0]
+    ents = lossless_entries(Recorder(), leaf, cfg)
+    port = min(leaf.ports)
+    for table, key in (("queue_profile", "std_meta.egress_spec"), ("tick_profile",
+                                                                    "hdr.tick.port")):
+        mine = {k[1][1]: a for k, a in exact(ents, f"{INGRESS}.lossless.{table}").items()
+                if k[0] == (key, port)}
+        assert set(mine) == {3, 4, 5}
+        assert {tc: a.args[0].rsplit(".", 1)[1] for tc, a in mine.items()} == \
+            dict.fromkeys((3, 4, 5), {"queue_profile": "admit_shared",
+                                      "tick_profile": "tick_queue_shared"}[table])
+        assert {tc: (a.get("idx"), a.get("above"), a.get("above2"))
+                for tc, a in mine.items()} == {
+            3: (port * 8 + 3, port * 8 + 4, port * 8 + 5),
+            4: (port * 8 + 4, port * 8 + 5, EMPTY_CELL),
+            5: (port * 8 + 5, EMPTY_CELL, EMPTY_CELL)}
+    plain = FabricConfig()
+    ents = lossless_entries(Recorder(), build_topology(plain).leaves[0], plain)
+    assert {a.args[0].rsplit(".", 1)[1] for a in exact(
+        ents, f"{INGRESS}.lossless.queue_profile").values()} == {"admit"}
 
 
 @pytest.mark.parametrize(("value", "bits", "raw"), [

@@ -16,8 +16,10 @@ from testbed.topology.qos import (
     KERNEL_LIMIT_CAP_BYTES,
     check_qos,
     pause_renewal_us,
+    phantom_classes,
     queue_profiles,
     required_headroom,
+    resynced_classes,
 )
 from testbed.topology.validate import parse_config
 
@@ -169,3 +171,24 @@ def test_parse_config_refuses_each_impossible_threshold_by_name() -> None:
         parse_config({"fabric": {"host_link_mbps": 10, "fabric_link_mbps": 10},
                       "qos": {"pfc": {"headroom_bytes": 42_354, "xoff_bytes": 160_000}}})
     assert [p.split(":")[0] for p in err.value.problems] == ["qos.pfc.xoff_bytes"]
+
+
+def test_the_classes_with_a_phantom_and_those_the_agent_resyncs() -> None:
+    """The P4 program keeps a phantom of each marked or lossless class, and of each class above
+    the lowest lossless one that data reaches (a lossless class drains with what they leave);
+    not of the class only CNPs reach. The agent resyncs the lossless ones and those above."""
+    default = QosConfig()  # DSCP 26 -> 3 (lossless, ECN), 48 -> 6 (CNPs only)
+    assert phantom_classes(default) == {3}
+    assert resynced_classes(default) == [3]
+    sonic = QosConfig.model_validate({"profile": "sonic"})  # 46 -> 5, default class 1
+    assert phantom_classes(sonic) == {3, 4, 5}
+    assert resynced_classes(sonic) == [3, 4, 5]
+    assert phantom_classes(sonic.model_copy(update={"default_tc": 7})) == {3, 4, 5, 7}
+    ecn_below = QosConfig.model_validate({"profile": "sonic", "pfc_enable": [4],
+                                          "ecn": {1: {}, 4: {}}})
+    assert phantom_classes(ecn_below) == {1, 4, 5}
+    assert resynced_classes(ecn_below) == [4, 5]  # class 1's, below, as before
+    lossy = QosConfig.model_validate({"profile": "sonic", "pfc_enable": [], "ecn": {3: {}}})
+    assert phantom_classes(lossy) == {3} and resynced_classes(lossy) == []
+    profiles = queue_profiles(sonic, 10.0)
+    assert {tc for tc, p in profiles.items() if p.phantom} == {3, 4, 5}

@@ -61,9 +61,9 @@ flows:
 
 @pytest.mark.bmv2
 def test_both_lossless_classes_of_the_profile_pause_and_lose_nothing(tmp_path: Path) -> None:
-    """A 2:1 incast in class 3, then one in class 4 (one at a time: two busy lossless classes on
-    one port are beyond the phantom, see pfc.dual). Each is paused in its own class, nothing is
-    lost, and the switch port toward h1 sent it every frame of each class the tester counted."""
+    """A 2:1 incast in class 3, then one in class 4 (one at a time; conformance case pfc.dual
+    has them share the port). Each is paused in its own class, nothing is lost, and the switch
+    port toward h1 sent it every frame of each class the tester counted."""
     sc = tmp_path / "sc.yaml"
     sc.write_text(SCENARIO)
     r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(sc), "--results",

@@ -45,6 +45,13 @@ class AgentConfig:
     #: The switch's network namespace (a path, /proc/PID/ns/net), which the agent enters to
     #: open the switch's sockets; None: the agent was started inside it.
     netns: str | None = None
+    #: The classes whose phantoms the agent resyncs (testbed.topology.qos.resynced_classes):
+    #: the lossless ones and the classes with a phantom above them. None: the lossless ones.
+    resynced: list[int] | None = None
+
+    @property
+    def resync_classes(self) -> list[int]:
+        return self.lossless if self.resynced is None else self.resynced
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:
@@ -64,6 +71,9 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
                  thrift_port: int | None = None, t0_monotonic: float | None = None,
                  nice: int = 0, resync_period_s: float = 0.05,
                  realtime_priority: int = 0, netns: str | None = None) -> dict:
+    # here, not at the top: the agent reads its config without pydantic, which qos imports
+    from testbed.topology.qos import resynced_classes
+
     wd = None
     if watchdog is not None:
         wd = watchdog.model_dump()
@@ -76,4 +86,5 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
         tick_period_s=tick_period_s, sample_period_s=sample_period_s, out_dir=str(out_dir),
         max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None,
         thrift_port=thrift_port, t0_monotonic=t0_monotonic, nice=nice,
-        resync_period_s=resync_period_s, realtime_priority=realtime_priority, netns=netns))
+        resync_period_s=resync_period_s, realtime_priority=realtime_priority, netns=netns,
+        resynced=resynced_classes(qos)))

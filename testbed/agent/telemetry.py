@@ -55,8 +55,9 @@ class TelemetryMixin:
 
     @cached_property
     def _lossless_majors(self) -> frozenset[int]:
-        """The lossless classes' gate handles (majors): what a resync tick reads."""
-        return frozenset(gate_major(tc) for tc in self.cfg.lossless)
+        """The resynced classes' gate handles (majors): what a resync tick reads (the
+        lossless classes, and those with a phantom above them)."""
+        return frozenset(gate_major(tc) for tc in self.cfg.resync_classes)
 
     @cached_property
     def _reachable_majors(self) -> frozenset[int]:
@@ -66,7 +67,7 @@ class TelemetryMixin:
         never hold, send or drop a packet, and their rows were five of every eight a sample
         parsed from the dump and wrote (the agents' CPU did not measurably move with them)."""
         tcs = {tc for _dscp, tc in self.cfg.dscp_to_tc} | {self.cfg.default_tc}
-        return frozenset(gate_major(tc) for tc in tcs | set(self.cfg.lossless))
+        return frozenset(gate_major(tc) for tc in tcs | set(self.cfg.resync_classes))
 
     def _sampled_majors(self) -> frozenset[int]:
         """The reachable classes, and any other class a PFC frame has named on some port (a
@@ -84,11 +85,12 @@ class TelemetryMixin:
                 for n, pr in self.ports.items()}
 
     def tick(self, stats: dict[int, dict[int, ClassStats]] | None = None) -> None:
-        """Resync tick: read the kernel (one dump) and tick every lossless queue that holds, or
-        just held, packets with its backlog. Queues with a backlog become "hot"."""
+        """Resync tick: read the kernel (one dump) and tick every resynced queue (lossless, or
+        with a phantom above a lossless one) that holds, or just held, packets with its
+        backlog. Queues with a backlog become "hot"."""
         stats = stats if stats is not None else self._backlogs(self._lossless_majors)
         for n in self.ports:
-            for tc in self.cfg.lossless:
+            for tc in self.cfg.resync_classes:
                 st = stats[n].get(tc)
                 backlog = st.backlog_bytes if st else 0
                 key = (n, tc)

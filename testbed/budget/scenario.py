@@ -16,7 +16,7 @@ from testbed.budget.load_model import Load, Paths, peak_load, running
 from testbed.config.bmv2_build import BuildError, select
 from testbed.config.models import FabricConfig
 from testbed.topology.graph import DownLinks, Topology, build_topology, link_ends
-from testbed.topology.qos import check_qos
+from testbed.topology.qos import check_qos, phantom_classes
 
 #: The link-rate fields that may say `auto`, in the fabric section.
 AUTO_FIELDS = ("host_link_mbps", "fabric_link_mbps")
@@ -128,15 +128,16 @@ def over_budget_warning(v: Verdict) -> str | None:
 
 def shared_lossless_ports(cfg: FabricConfig, topo: Topology, extras: Any) -> str | None:
     """A warning before the run, or None: a flow in a lossless class that crosses a switch port
-    at once with a flow (or a background flow) of a higher class: a second lossless class, or
-    a lossy one above it in the ports' strict priority (a higher class number). Each lossless
-    class's P4 phantom drains at the port's full rate (p4/lossless.p4, drain), whatever the
-    higher class takes of the port, so the phantom falls below the real queue and the run is
-    flagged (phantom_below); docs/DESIGN.md says more. A lower class (best effort in class 0
-    below RoCE in 3) takes only what the lossless class leaves, and is no trouble. Pure."""
+    at once with a flow (or a background flow) of a higher class that keeps no P4 phantom. The
+    port serves a higher class first (strict priority), and a lossless class's phantom drains
+    with what the phantoms above it leave (p4/lossless.p4, drain_under); a class above with no
+    phantom is not subtracted, so the lossless phantom falls below the real queue and the run
+    is flagged (phantom_below). Every class data reaches has one (phantom_classes) but the
+    class only CNPs use: a flow sent in it is the case. Pure."""
     lossless = set(cfg.qos.pfc_enable)
+    phantoms = phantom_classes(cfg.qos)
     guarded = [f for f in extras.flows if f.tc in lossless]
-    others = [*extras.flows, *extras.background]
+    others = [b for b in (*extras.flows, *extras.background) if b.tc not in phantoms]
     if not guarded or not any(b.tc > min(f.tc for f in guarded) for b in others):
         return None
     paths = Paths(topo, down_at_start(topo, extras.faults))
@@ -151,13 +152,11 @@ def shared_lossless_ports(cfg: FabricConfig, topo: Topology, extras: Any) -> str
                             if h[0] not in hosts)  # a switch's egress port, not a host's NIC
             if shared:
                 node, port = shared[0]
-                what = ("two busy lossless classes on one port drain its phantom twice over"
-                        if b.tc in lossless else
-                        f"class {b.tc} is above lossless class {a.tc} in the port's strict "
-                        f"priority, and the class {a.tc} phantom drains at the full port rate "
-                        f"whatever class {b.tc} takes")
                 kind = "flows" if b in extras.flows else "flow and background"
                 return (f"{kind} {a.name} (class {a.tc}) and {b.name} (class {b.tc}) cross "
-                        f"{node} port {port} at once: {what}, and the run will be flagged "
+                        f"{node} port {port} at once: class {b.tc} is above lossless class "
+                        f"{a.tc} in the port's strict priority and keeps no phantom (it is the "
+                        f"CNPs' class), so the class {a.tc} phantom drains at the full port rate "
+                        f"whatever class {b.tc} takes, and the run will be flagged "
                         "(phantom_below; docs/DESIGN.md)")
     return None

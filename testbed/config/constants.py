@@ -17,6 +17,9 @@ from traffic.wire import NUM_TCS
 NUM_PORTS = 512
 #: Cells of a per-(port, class) P4 array, indexed port * NUM_TCS + class.
 PORT_TC_CELLS = NUM_PORTS * NUM_TCS
+#: The cell of port 0, class 0, which no queue holds (switch ports are numbered from 1): a
+#: queue with no profiled class above it on its port names this one, always empty, as that class.
+EMPTY_CELL = 0
 #: The switch agent's own port on its switch: the agent's tick frames enter BMv2 there.
 AGENT_PORT = 500
 #: The P4 program's multicast group for the PFC frames it sends: every port but the agent's.

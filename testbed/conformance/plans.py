@@ -263,12 +263,13 @@ def _rocev2() -> list[Case]:
 
 def _pfc() -> list[Case]:
     return [
-        Case("pfc", "dual", "Two lossless classes do not drop under congestion", na=(
-            "needs a phantom queue that shares the port between lossless classes: the P4 "
-            "program drains each class's phantom at the port's full rate, so two busy lossless "
-            "classes on one port drain twice the line rate; measured on a 3:1 incast in "
-            "classes 3 and 4, the phantom stood 67,705 bytes below the real queue (the "
-            "headroom covers 42,354) and 64 packets were resent with none lost")),
+        Case("pfc", "dual", "Two lossless classes do not drop under congestion",
+             DUAL_SCALING, _dual(_qos([3, 4], [])),
+             (*BASE, *LOSSLESS, ("PFC seen on class 3", c.pfc_seen(3)),
+              ("PFC seen on class 4", c.pfc_seen(4)), TESTER_PFC,
+              ("PFC on class 4 matches the tester's counter", c.tester_pfc_matches(4)),
+              TESTER_FRAMES, ("frames on class 4 match the tester's counters",
+                              c.tester_frames_match(4)))),
         Case("pfc", "lossless", "Lossless class does not drop under congestion",
              INCAST_SCALING + "; PFC on class 3",
              _incast("conf-pfc-lossless", _qos([3], []), False),
@@ -279,6 +280,26 @@ def _pfc() -> list[Case]:
              _incast("conf-pfc-lossy", _qos([], []), False),
              (("faithful", c.faithful), ("no PFC on a lossy class", c.no_pfc))),
     ]
+
+
+DUAL_SCALING = (
+    "plan: congestion on lossless classes 3 and 4 of one port; here both share h1's port "
+    "for 7 s: h3 -> h1 in class 4 at 4 Mbit/s throughout; h4 -> h1 in class 4 at line rate "
+    "from 0.5 s to 2.5 s (class 4 congested), then h2 -> h1 and h4 -> h1 in class 3 at line "
+    "rate from 3 s (class 3 congested in the 6 Mbit/s class 4 leaves); 2 QPs each but h3's "
+    "one. The port serves its classes in strict priority (SONiC schedules 3 and 4 by DWRR), "
+    "under which a congested class 4 leaves class 3 nothing, so the two congest in turn")
+
+
+def _dual(qos: dict) -> dict:
+    """The PFC plan's two lossless classes on one port, congested in turn (DUAL_SCALING)."""
+    return {"name": "conf-pfc-dual", "fabric": dict(FABRIC), "qos": qos,
+            "endpoints": {"dcqcn": False}, "duration_s": 8, "settle_s": 2,
+            "flows": [_flow("h3-h1-c4", "h3", "h1", tc=4, qps=1, rate_cap_mbps=4,
+                            duration_s=6.5),
+                      _flow("h4-h1-c4", "h4", "h1", tc=4, duration_s=2),
+                      _flow("h2-h1-c3", "h2", "h1", start_s=3, duration_s=4),
+                      _flow("h4-h1-c3", "h4", "h1", start_s=3, duration_s=4)]}
 
 
 def _storm(name: str, watchdog: dict) -> dict:

@@ -15,7 +15,12 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.context import Context, P4Type
 
-from testbed.config.constants import PFC_MCAST_GROUP, THRESHOLD_NEVER, port_tc_cell
+from testbed.config.constants import (
+    EMPTY_CELL,
+    PFC_MCAST_GROUP,
+    THRESHOLD_NEVER,
+    port_tc_cell,
+)
 from testbed.config.models import HASH_FIELDS, FabricConfig
 from testbed.topology.graph import Route, Switch
 from testbed.topology.qos import gate_leak_roce_bytes, pause_renewal_us, quantum_us, queue_profiles
@@ -238,6 +243,23 @@ def routing_entries(b: EntryBuilder, routes: list[Route],
     return insert + route_entries
 
 
+def classes_above(classes: Iterable[int]) -> dict[int, tuple[int | None, int | None]]:
+    """For each class with a phantom on a port, the nearest two such classes above it in the
+    port's strict priority (a higher class is served first: testbed.machine.ports), or None:
+    the P4 program drains a class with what those left of the port's rate (drain_under)."""
+    ordered = sorted(classes)
+    out: dict[int, tuple[int | None, int | None]] = {}
+    for i, tc in enumerate(ordered):
+        higher = [*ordered[i + 1:i + 3], None, None]
+        out[tc] = (higher[0], higher[1])
+    return out
+
+
+def cell_or_empty(port: int, tc: int | None) -> int:
+    """The (port, class) cell, or EMPTY_CELL (always empty) where there is no class."""
+    return EMPTY_CELL if tc is None else port_tc_cell(port, tc)
+
+
 def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
     """PFC quanta, XOFF renewals, port MACs, queue profiles (with port rates) for data packets
     and for ticks, the PFC multicast group, one clone session per port (session id = port, so
@@ -264,24 +286,33 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
                             {"std_meta.egress_port": port.number},
                             b.action(f"{EGRESS}.pfc_egress.set_port_mac",
                                      mac=mac_to_int(port.mac))))
-        for tc, prof in queue_profiles(cfg.qos, port.rate_mbps, mtu=cfg.fabric.mtu).items():
-            if not (prof.ecn or prof.pfc):
-                continue
+        profiles = {tc: prof for tc, prof in queue_profiles(
+            cfg.qos, port.rate_mbps, mtu=cfg.fabric.mtu).items() if prof.phantom}
+        above = classes_above(profiles)
+        for tc, prof in profiles.items():
             # one cell per (port, class) in every register; a data packet finds its queue by
             # its own (egress port, class), a tick by the (port, class) it names
             idx = port_tc_cell(port.number, tc)
+            thresholds = {"kmin": prof.kmin if prof.ecn else THRESHOLD_NEVER,
+                          "kmax": prof.kmax if prof.ecn else THRESHOLD_NEVER,
+                          "pmax_slope": prof.pmax_slope,
+                          "xoff": prof.xoff if prof.pfc else THRESHOLD_NEVER}
+            tick = {"xon": prof.xon, "pause_quanta": pfc.pause_quanta,
+                    "refresh_us": tick_renewal}
+            shared, suffix = {}, ""
+            if len(profiles) > 1:  # the port's strict priority shares it: see drain_under
+                shared = {"above": cell_or_empty(port.number, above[tc][0]),
+                          "above2": cell_or_empty(port.number, above[tc][1])}
+                suffix = "_shared"
             ents.append(b.entry(
                 f"{lossless}.queue_profile", {"std_meta.egress_spec": port.number,
                                               "meta.tc": tc},
-                b.action(f"{lossless}.admit", idx=idx, rate_q20=rate_q20,
-                         kmin=prof.kmin if prof.ecn else THRESHOLD_NEVER,
-                         kmax=prof.kmax if prof.ecn else THRESHOLD_NEVER,
-                         pmax_slope=prof.pmax_slope,
-                         xoff=prof.xoff if prof.pfc else THRESHOLD_NEVER)))
+                b.action(f"{lossless}.admit{suffix}", idx=idx, **shared, rate_q20=rate_q20,
+                         **thresholds)))
             ents.append(b.entry(
                 f"{lossless}.tick_profile", {"hdr.tick.port": port.number, "hdr.tick.tc": tc},
-                b.action(f"{lossless}.tick_queue", idx=idx, rate_q20=rate_q20, xon=prof.xon,
-                         pause_quanta=pfc.pause_quanta, refresh_us=tick_renewal)))
+                b.action(f"{lossless}.tick_queue{suffix}", idx=idx, **shared,
+                         rate_q20=rate_q20, **tick)))
         ents.append(b.clone_session(port.number, port.number))
     ents.append(b.multicast_group(PFC_MCAST_GROUP, list(sw.ports)))
     return ents

@@ -93,6 +93,7 @@ class QueueProfile:
     headroom: int
     pause_quanta: int
     kernel_limit: int  # the kernel queue's byte limit: the buffer, plus the emulation's slack
+    phantom: bool = False  # the P4 program keeps a phantom of it: see phantom_classes
 
     @property
     def pmax_slope(self) -> int:
@@ -126,6 +127,32 @@ def required_headroom(qos: QosConfig, rate_mbps: float, frame: int | None = None
     return int(wire + 2 * frame + react + gate_leak)
 
 
+def phantom_classes(qos: QosConfig) -> frozenset[int]:
+    """The classes whose queues the P4 program keeps a phantom of: those it marks (ECN) or
+    pauses (PFC), and every class above the lowest lossless one that data can reach (the DSCP
+    map's classes and the default class). A port serves a higher class first (strict priority,
+    testbed.machine.ports), so a lossless class drains with what the classes above it leave
+    (p4/lossless.p4, drain_under): their bytes must be counted, or the lossless phantom drains
+    at the full rate under them and stands below its queue. A class that only CNPs reach is
+    left out: CNPs are small and the NIC sends at most one per flow per interval (DCQCN's
+    min_time_between_cnps), a few per cent of a port at most."""
+    marked = set(qos.ecn) | set(qos.pfc_enable)
+    if not qos.pfc_enable:
+        return frozenset(marked)
+    data = {tc for dscp, tc in qos.dscp_to_tc_map.items() if dscp != qos.cnp_dscp}
+    lowest = min(qos.pfc_enable)
+    return frozenset(marked | {tc for tc in data | {qos.default_tc} if tc > lowest})
+
+
+def resynced_classes(qos: QosConfig) -> list[int]:
+    """The classes whose phantoms the switch agent resyncs from the kernel: the lossless ones
+    and the classes with a phantom above them, whose errors would pass into theirs."""
+    if not qos.pfc_enable:
+        return []
+    lowest = min(qos.pfc_enable)
+    return sorted(tc for tc in phantom_classes(qos) if tc >= lowest)
+
+
 def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,
                    fan_in: int = 1, *, mtu: int = DEFAULT_MTU) -> dict[int, QueueProfile]:
     """Profiles of one port's eight queues. ``fan_in``: how many ingress ports can feed them;
@@ -134,6 +161,7 @@ def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,
     frame = roce_frame_bytes(mtu) if frame is None else frame
     out = {}
     headroom = qos.pfc.headroom_bytes or required_headroom(qos, rate_mbps, frame, mtu=mtu)
+    phantoms = phantom_classes(qos)
     for tc in range(NUM_TCS):
         e = qos.ecn.get(tc)
         lossless = tc in qos.pfc_enable
@@ -149,7 +177,8 @@ def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,
         out[tc] = QueueProfile(
             tc=tc, buffer_bytes=buffer, ecn=e is not None, kmin=e.kmin_bytes if e else 0,
             kmax=kmax, pmax=e.pmax if e else 0.0, pfc=lossless, xoff=xoff, xon=xon,
-            headroom=headroom, pause_quanta=qos.pfc.pause_quanta, kernel_limit=buffer + slack)
+            headroom=headroom, pause_quanta=qos.pfc.pause_quanta, kernel_limit=buffer + slack,
+            phantom=tc in phantoms)
     return out
 
 

@@ -574,3 +574,53 @@ class WatchdogIgnoredPfc(RoceSwitchTest):
         finally:
             bm.bm_register_write(0, "pfc_ignored", cell(port, 3), 0)
             bm.bm_register_write(0, "paused_until", cell(port, 0), 0)
+
+
+def table_key(ent) -> bytes:
+    """A table entry's table and match, what P4Runtime identifies it by."""
+    te = ent.table_entry
+    return te.table_id.to_bytes(4, "big") + b"".join(m.SerializeToString() for m in te.match)
+
+
+class ClassesSharingAPortDrainInPriorityOrder(RoceSwitchTest):
+    """Two lossless classes on one port (pfc_enable [3, 4], as SONiC's layout has them): the
+    port serves class 4 first (strict priority), so class 3's phantom holds while class 4 has
+    a backlog and drains with what class 4 leaves once it is empty. Each used to drain at the
+    port's full rate: twice the line rate between two resyncs."""
+
+    def runTest(self) -> None:
+        from testbed.config.constants import TICK_TIMER_ONLY
+        from testbed.control.entries import lossless_entries
+
+        one = {table_key(e): e for e in lossless_entries(self.b, switch(), FabricConfig())}
+        two = lossless_entries(self.b, switch(), FabricConfig.model_validate(
+            {"qos": {"pfc_enable": [3, 4], "ecn": {3: {}, 4: {}}}}))
+        changed = [e for e in two if table_key(e) in one and one[table_key(e)] != e]
+        new = [e for e in two if table_key(e) not in one]
+        assert changed and new
+        self.sess.write(changed, p4runtime_pb2.Update.MODIFY)
+        self.sess.write(new, p4runtime_pb2.Update.INSERT)
+        # a 10 Mbit/s port: class 4's megabyte lasts 0.8 s, longer than the case
+        port, backlog, rate = 2, 200_000, 10e6 / 8  # bytes a second
+        try:
+            tu.send_packet(self, AGENT_PORT, tick(port, 4, 5 * backlog))
+            tu.send_packet(self, AGENT_PORT, tick(port, 3, backlog))
+            tu.verify_no_other_packets(self)
+            time.sleep(0.1)
+            tu.send_packet(self, AGENT_PORT, tick(port, 3, TICK_TIMER_ONLY))
+            tu.verify_no_other_packets(self)
+            q3 = self.bm.bm_register_read(0, "q_bytes", cell(port, 3))
+            q4 = self.bm.bm_register_read(0, "q_bytes", cell(port, 4))
+            assert 0 < q4 <= 5 * backlog - rate * 0.1 * 0.8, q4  # class 4 has the whole port
+            assert q3 == backlog, q3  # and class 3 none of it
+            # class 4 found empty by its resync: from then on class 3 has the port
+            tu.send_packet(self, AGENT_PORT, tick(port, 4, 0))
+            tu.verify_no_other_packets(self)
+            time.sleep(0.1)
+            tu.send_packet(self, AGENT_PORT, tick(port, 3, TICK_TIMER_ONLY))
+            tu.verify_no_other_packets(self)
+            q3 = self.bm.bm_register_read(0, "q_bytes", cell(port, 3))
+            assert q3 <= backlog - rate * 0.1 * 0.8, q3
+        finally:
+            self.sess.write([one[table_key(e)] for e in changed], p4runtime_pb2.Update.MODIFY)
+            self.sess.write(new, p4runtime_pb2.Update.DELETE)
