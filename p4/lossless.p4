@@ -131,6 +131,7 @@ control RoceLossless(inout headers_t hdr,
     bit<32> seen;         /* the class above's served at the queue's last update */
     bit<32> p_above;      /* the profiled classes above the queue a PFC frame pauses */
     bit<32> p_above2;
+    bit<32> p_above3;
 
     /* A port's PFC quantum (us, times 2^10), for the pauses it receives; its drain rate
      * (bytes per 2^20 us), to bring its phantoms up to date as a pause begins; and what its
@@ -164,13 +165,18 @@ control RoceLossless(inout headers_t hdr,
     /* drain() for a queue that shares its port with profiled classes above it, the nearest in
      * cell `above`: over the time since this cell's last update the port served those classes
      * first, served[above] - above_seen[idx] bytes, and this class drains only what the port's
-     * rate left. Exact for a strict-priority port whose class above was brought up to date at
-     * this instant (refresh_above); classes further above count as far as that one's own last
-     * update. A pause of this class in that time only shortens its own drain (start), and the
-     * classes above are still subtracted whole: the phantom can only stand above the queue.
-     * Without it each class drained at the port's full rate, two busy lossless classes twice
-     * the line rate between two resyncs (measured: 67,705 bytes below the real queue on a 3:1
-     * incast in classes 3 and 4, past the 42,354 bytes of headroom). */
+     * rate left. Exact for a strict-priority port when every class above was brought up to
+     * date at this instant first, top down (refresh_above): then what they took fits in this
+     * interval's budget. A class above left lagging would hand its service over in one lump at
+     * its next update, more than one short interval's budget, and the rest would be lost to
+     * the floor (measured: rocev2.9's background in class 5, two phantoms above class 3, and
+     * only the nearest brought up to date: 50,589 bytes below the real queue). So the program
+     * brings up to three classes above a queue up to date, and the config allows no more
+     * (QosConfig, phantom levels). A pause of this class only shortens its own drain (start),
+     * and the classes above are still subtracted whole: the phantom can only stand above the
+     * queue. Without any of it each class drained at the port's full rate, two busy lossless
+     * classes twice the line rate between two resyncs (conformance case pfc.dual: 58,559
+     * bytes below the real queue, past the 42,354 bytes of headroom). */
     action drain_under(bit<32> idx, bit<32> above, bit<32> rate_q20) {
         q_bytes.read(q, idx);
         q_time.read(last, idx);
@@ -229,12 +235,15 @@ control RoceLossless(inout headers_t hdr,
         drain(q_idx, rate_q20);
         join(kmin, kmax, pmax_slope, xoff);
     }
-    /* The same for a queue that shares its port with other profiled classes: the class above
-     * (cell `above`, whose own nearest class above is `above2`) is brought up to date first,
-     * and this one drains with what the port left it. A separate action, so that a port with
-     * one profiled class (the default fabric) pays nothing for it. */
-    action admit_shared(bit<32> idx, bit<32> above, bit<32> above2, bit<32> rate_q20,
-                        bit<32> kmin, bit<32> kmax, bit<32> pmax_slope, bit<32> xoff) {
+    /* The same for a queue that shares its port with other profiled classes: the classes above
+     * (cells `above`, `above2`, `above3`, nearest first; EMPTY_CELL where there are fewer) are
+     * brought up to date first, top down, and this one drains with what the port left it. A
+     * separate action, so that a port with one profiled class (the default fabric) pays
+     * nothing for it. */
+    action admit_shared(bit<32> idx, bit<32> above, bit<32> above2, bit<32> above3,
+                        bit<32> rate_q20, bit<32> kmin, bit<32> kmax, bit<32> pmax_slope,
+                        bit<32> xoff) {
+        refresh_above(above2, above3, rate_q20);
         refresh_above(above, above2, rate_q20);
         q_idx = idx;
         drain_under(q_idx, above, rate_q20);
@@ -266,8 +275,10 @@ control RoceLossless(inout headers_t hdr,
         tick_valid = 1;
     }
     /* The same for a queue that shares its port with other profiled classes (admit_shared). */
-    action tick_queue_shared(bit<32> idx, bit<32> above, bit<32> above2, bit<32> rate_q20,
-                             bit<32> xon, bit<16> pause_quanta, bit<48> refresh_us) {
+    action tick_queue_shared(bit<32> idx, bit<32> above, bit<32> above2, bit<32> above3,
+                             bit<32> rate_q20, bit<32> xon, bit<16> pause_quanta,
+                             bit<48> refresh_us) {
+        refresh_above(above2, above3, rate_q20);
         refresh_above(above, above2, rate_q20);
         q_idx = idx;
         drain_under(q_idx, above, rate_q20);
@@ -311,6 +322,8 @@ control RoceLossless(inout headers_t hdr,
     action pause_queue() {
         above_of.read(p_above, p_idx);
         above_of.read(p_above2, p_above);
+        above_of.read(p_above3, p_above2);
+        refresh_above(p_above2, p_above3, port_rate);
         refresh_above(p_above, p_above2, port_rate);
         drain_under(p_idx, p_above, port_rate);
         bit<1> ignored;

@@ -89,6 +89,32 @@ def test_each_broken_configuration_fails_its_case(
 
 
 @pytest.mark.bmv2
+def test_classes_above_a_lossless_one_broken_fail_their_cases(tmp_path: Path) -> None:
+    """PFC off on class 4 fails the dual-lossless case: class 4 drops and resends, and never
+    pauses. rocev2.9's background moved to class 5, above the lossless class in the ports'
+    strict priority, starves the lossless flows. Both runs are faithful: class 4 and class 5
+    keep phantoms, which class 3's drains under (p4/lossless.p4, drain_under)."""
+    def pfc_on_3_only(sc: dict) -> None:
+        sc["qos"]["pfc_enable"] = [3]
+
+    def background_in_5(sc: dict) -> None:
+        for bg in sc["background"]:
+            bg["tc"] = 5
+
+    broken = [_broken("pfc.dual", pfc_on_3_only), _broken("rocev2.9", background_in_5)]
+    rows = run_cases(broken, tmp_path, {}, say=lambda _m: None)
+    status = {(r.key, r.check): r.status for r in rows}
+    assert status[("pfc.dual", "faithful")] == PASS
+    assert status[("pfc.dual", "PFC seen on class 4")] == FAIL
+    assert status[("pfc.dual", "no NAK or sequence error")] == FAIL  # class 4's drops resent
+    assert status[("pfc.dual", "no lossless drop")] == PASS  # class 3 still holds
+    assert status[("pfc.dual", "PFC seen on class 3")] == PASS
+    assert status[("rocev2.9", "faithful")] == PASS
+    assert status[("rocev2.9", "lossless flows keep their rate")] == FAIL
+    assert status[("rocev2.9", "no PFC: the background holds no lossless flow back")] == FAIL
+
+
+@pytest.mark.bmv2
 @pytest.mark.parametrize(("topology", "runs", "not_there"), [
     ("1", ["rocev2.2", "pfc.lossless"], "rocev2.5"),  # one switch: nowhere for PFC to spread
     ("2", ["rocev2.1", "rocev2.5"], "rocev2.7"),  # one spine: both flows share it; no ECMP

@@ -405,8 +405,10 @@ def test_classes_sharing_a_port_name_the_phantoms_above_them() -> None:
     nearest two phantoms above it (EMPTY_CELL where there is none), which its own drains from
     (p4/lossless.p4, admit_shared, tick_queue_shared). A port with one phantom, the default
     fabric's, keeps the plain actions."""
-    assert classes_above([5, 3, 4]) == {3: (4, 5), 4: (5, None), 5: (None, None)}
-    assert classes_above([3]) == {3: (None, None)}
+    assert classes_above([5, 3, 4]) == {3: (4, 5, None), 4: (5, None, None),
+                                         5: (None, None, None)}
+    assert classes_above([3, 4, 6, 7])[3] == (4, 6, 7)
+    assert classes_above([3]) == {3: (None, None, None)}
     cfg = FabricConfig.model_validate({"qos": {"profile": "sonic"}})
     leaf = build_topology(cfg).leaves[0]
     ents = lossless_entries(Recorder(), leaf, cfg)
@@ -419,11 +421,11 @@ def test_classes_sharing_a_port_name_the_phantoms_above_them() -> None:
         assert {tc: a.args[0].rsplit(".", 1)[1] for tc, a in mine.items()} == \
             dict.fromkeys((3, 4, 5), {"queue_profile": "admit_shared",
                                       "tick_profile": "tick_queue_shared"}[table])
-        assert {tc: (a.get("idx"), a.get("above"), a.get("above2"))
+        assert {tc: (a.get("idx"), a.get("above"), a.get("above2"), a.get("above3"))
                 for tc, a in mine.items()} == {
-            3: (port * 8 + 3, port * 8 + 4, port * 8 + 5),
-            4: (port * 8 + 4, port * 8 + 5, EMPTY_CELL),
-            5: (port * 8 + 5, EMPTY_CELL, EMPTY_CELL)}
+            3: (port * 8 + 3, port * 8 + 4, port * 8 + 5, EMPTY_CELL),
+            4: (port * 8 + 4, port * 8 + 5, EMPTY_CELL, EMPTY_CELL),
+            5: (port * 8 + 5, EMPTY_CELL, EMPTY_CELL, EMPTY_CELL)}
     plain = FabricConfig()
     ents = lossless_entries(Recorder(), build_topology(plain).leaves[0], plain)
     assert {a.args[0].rsplit(".", 1)[1] for a in exact(

@@ -12,14 +12,13 @@ from __future__ import annotations
 import pytest
 
 from testbed.config.models import ConfigError, FabricConfig, QosConfig
+from testbed.config.phantoms import phantom_classes, resynced_classes
 from testbed.topology.qos import (
     KERNEL_LIMIT_CAP_BYTES,
     check_qos,
     pause_renewal_us,
-    phantom_classes,
     queue_profiles,
     required_headroom,
-    resynced_classes,
 )
 from testbed.topology.validate import parse_config
 
@@ -192,3 +191,17 @@ def test_the_classes_with_a_phantom_and_those_the_agent_resyncs() -> None:
     assert phantom_classes(lossy) == {3} and resynced_classes(lossy) == []
     profiles = queue_profiles(sonic, 10.0)
     assert {tc for tc, p in profiles.items() if p.phantom} == {3, 4, 5}
+
+
+def test_more_phantoms_above_a_lossless_class_than_the_program_follows_are_refused() -> None:
+    """The P4 program brings a queue's three nearest phantoms above up to date: lossless 2, 3
+    and 4 with SONiC's class 5 above are four levels and pass; lossless 1 adds a fifth and is
+    refused at qos.pfc_enable, with the fix."""
+    QosConfig.model_validate({"profile": "sonic", "pfc_enable": [2, 3, 4],
+                              "dscp_to_tc_map": {3: 3, 4: 4, 5: 2, 46: 5, 48: 6}})
+    with pytest.raises(ConfigError) as info:
+        parse_config({"qos": {"profile": "sonic", "pfc_enable": [1, 2, 3, 4],
+                              "dscp_to_tc_map": {3: 3, 4: 4, 5: 2, 46: 5, 48: 6, 10: 1}}})
+    text = info.value.render()
+    assert "qos.pfc_enable" in text and "classes [1, 2, 3, 4, 5]" in text
+    assert "more than the 4 the P4 program follows" in text and "make fewer classes" in text

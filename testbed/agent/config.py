@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from testbed.config.phantoms import resynced_classes
 from testbed.machine.ports import PortSpec
 from testbed.machine.safepath import read_own
 
@@ -45,7 +46,7 @@ class AgentConfig:
     #: The switch's network namespace (a path, /proc/PID/ns/net), which the agent enters to
     #: open the switch's sockets; None: the agent was started inside it.
     netns: str | None = None
-    #: The classes whose phantoms the agent resyncs (testbed.topology.qos.resynced_classes):
+    #: The classes whose phantoms the agent resyncs (testbed.config.phantoms.resynced_classes):
     #: the lossless ones and the classes with a phantom above them. None: the lossless ones.
     resynced: list[int] | None = None
 
@@ -71,9 +72,6 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
                  thrift_port: int | None = None, t0_monotonic: float | None = None,
                  nice: int = 0, resync_period_s: float = 0.05,
                  realtime_priority: int = 0, netns: str | None = None) -> dict:
-    # here, not at the top: the agent reads its config without pydantic, which qos imports
-    from testbed.topology.qos import resynced_classes
-
     wd = None
     if watchdog is not None:
         wd = watchdog.model_dump()

@@ -15,8 +15,9 @@ from testbed.budget.cores import Profile, Verdict, auto_rate, judge
 from testbed.budget.load_model import Load, Paths, peak_load, running
 from testbed.config.bmv2_build import BuildError, select
 from testbed.config.models import FabricConfig
+from testbed.config.phantoms import phantom_classes
 from testbed.topology.graph import DownLinks, Topology, build_topology, link_ends
-from testbed.topology.qos import check_qos, phantom_classes
+from testbed.topology.qos import check_qos
 
 #: The link-rate fields that may say `auto`, in the fabric section.
 AUTO_FIELDS = ("host_link_mbps", "fabric_link_mbps")

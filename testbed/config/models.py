@@ -25,6 +25,7 @@ from testbed.config.base import _refuse, _Strict
 from testbed.config.bmv2_build import BuildChoice
 from testbed.config.constants import PFC_PORT_BITMAP_BITS
 from testbed.config.fidelity import FidelityConfig as FidelityConfig  # re-exported
+from testbed.config.phantoms import too_many_levels
 from traffic.names import NAME_PATTERN
 from traffic.wire import DSCP_CNP, DSCP_ROCE, NUM_TCS, PFC_MAX_QUANTA
 
@@ -356,6 +357,9 @@ class QosConfig(_Strict):
                 f"class {tc} carries CNPs ({how}) and must never be paused: leave class {tc} "
                 "out, or map cnp_dscp to a lossy class in qos.dscp_to_tc_map"),
                 self.pfc_enable)])
+        problem = too_many_levels(self)
+        if problem:
+            _refuse("QosConfig", [(("pfc_enable",), problem, self.pfc_enable)])
         return self
 
     @property

@@ -22,6 +22,7 @@ from testbed.config.constants import (
     port_tc_cell,
 )
 from testbed.config.models import HASH_FIELDS, FabricConfig
+from testbed.config.phantoms import MAX_PHANTOM_LEVELS
 from testbed.topology.graph import Route, Switch
 from testbed.topology.qos import gate_leak_roce_bytes, pause_renewal_us, quantum_us, queue_profiles
 
@@ -243,16 +244,16 @@ def routing_entries(b: EntryBuilder, routes: list[Route],
     return insert + route_entries
 
 
-def classes_above(classes: Iterable[int]) -> dict[int, tuple[int | None, int | None]]:
-    """For each class with a phantom on a port, the nearest two such classes above it in the
-    port's strict priority (a higher class is served first: testbed.machine.ports), or None:
-    the P4 program drains a class with what those left of the port's rate (drain_under)."""
+def classes_above(classes: Iterable[int]) -> dict[int, tuple[int | None, ...]]:
+    """For each class with a phantom on a port, the nearest MAX_PHANTOM_LEVELS - 1 such classes
+    above it in the port's strict priority (a higher class is served first:
+    testbed.machine.ports), nearest first, None where there are fewer: the P4 program brings
+    them up to date and drains the class with what they left of the port's rate
+    (drain_under). QosConfig refuses a config with more."""
     ordered = sorted(classes)
-    out: dict[int, tuple[int | None, int | None]] = {}
-    for i, tc in enumerate(ordered):
-        higher = [*ordered[i + 1:i + 3], None, None]
-        out[tc] = (higher[0], higher[1])
-    return out
+    depth = MAX_PHANTOM_LEVELS - 1
+    return {tc: tuple([*ordered[i + 1:i + 1 + depth], *[None] * depth][:depth])
+            for i, tc in enumerate(ordered)}
 
 
 def cell_or_empty(port: int, tc: int | None) -> int:
@@ -301,8 +302,8 @@ def lossless_entries(b: EntryBuilder, sw: Switch, cfg: FabricConfig) -> list:
                     "refresh_us": tick_renewal}
             shared, suffix = {}, ""
             if len(profiles) > 1:  # the port's strict priority shares it: see drain_under
-                shared = {"above": cell_or_empty(port.number, above[tc][0]),
-                          "above2": cell_or_empty(port.number, above[tc][1])}
+                shared = {name: cell_or_empty(port.number, a) for name, a in
+                          zip(("above", "above2", "above3"), above[tc], strict=True)}
                 suffix = "_shared"
             ents.append(b.entry(
                 f"{lossless}.queue_profile", {"std_meta.egress_spec": port.number,

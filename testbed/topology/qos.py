@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.config.models import FabricConfig, FabricShape, QosConfig
+from testbed.config.phantoms import phantom_classes
 from testbed.machine.ports import PortSpec, gate_burst_bytes
 from testbed.topology.graph import Topology, intf_name
 from traffic.wire import (
@@ -93,7 +94,7 @@ class QueueProfile:
     headroom: int
     pause_quanta: int
     kernel_limit: int  # the kernel queue's byte limit: the buffer, plus the emulation's slack
-    phantom: bool = False  # the P4 program keeps a phantom of it: see phantom_classes
+    phantom: bool = False  # the P4 program keeps a phantom of it (config.phantoms)
 
     @property
     def pmax_slope(self) -> int:
@@ -125,32 +126,6 @@ def required_headroom(qos: QosConfig, rate_mbps: float, frame: int | None = None
     wire = 2 * bytes_per_us * qos.pfc.link_delay_us
     react = bytes_per_us * qos.pfc.reaction_ms * 1000
     return int(wire + 2 * frame + react + gate_leak)
-
-
-def phantom_classes(qos: QosConfig) -> frozenset[int]:
-    """The classes whose queues the P4 program keeps a phantom of: those it marks (ECN) or
-    pauses (PFC), and every class above the lowest lossless one that data can reach (the DSCP
-    map's classes and the default class). A port serves a higher class first (strict priority,
-    testbed.machine.ports), so a lossless class drains with what the classes above it leave
-    (p4/lossless.p4, drain_under): their bytes must be counted, or the lossless phantom drains
-    at the full rate under them and stands below its queue. A class that only CNPs reach is
-    left out: CNPs are small and the NIC sends at most one per flow per interval (DCQCN's
-    min_time_between_cnps), a few per cent of a port at most."""
-    marked = set(qos.ecn) | set(qos.pfc_enable)
-    if not qos.pfc_enable:
-        return frozenset(marked)
-    data = {tc for dscp, tc in qos.dscp_to_tc_map.items() if dscp != qos.cnp_dscp}
-    lowest = min(qos.pfc_enable)
-    return frozenset(marked | {tc for tc in data | {qos.default_tc} if tc > lowest})
-
-
-def resynced_classes(qos: QosConfig) -> list[int]:
-    """The classes whose phantoms the switch agent resyncs from the kernel: the lossless ones
-    and the classes with a phantom above them, whose errors would pass into theirs."""
-    if not qos.pfc_enable:
-        return []
-    lowest = min(qos.pfc_enable)
-    return sorted(tc for tc in phantom_classes(qos) if tc >= lowest)
 
 
 def queue_profiles(qos: QosConfig, rate_mbps: float, frame: int | None = None,

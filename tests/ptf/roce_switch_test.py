@@ -583,44 +583,58 @@ def table_key(ent) -> bytes:
 
 
 class ClassesSharingAPortDrainInPriorityOrder(RoceSwitchTest):
-    """Two lossless classes on one port (pfc_enable [3, 4], as SONiC's layout has them): the
-    port serves class 4 first (strict priority), so class 3's phantom holds while class 4 has
-    a backlog and drains with what class 4 leaves once it is empty. Each used to drain at the
-    port's full rate: twice the line rate between two resyncs."""
+    """SONiC's layout: lossless classes 3 and 4, and class 5 above them (DSCP 46), each with a
+    phantom on one port, which serves class 5 first, then 4, then 3 (strict priority). A class
+    holds while a class above it has a backlog, to the byte, and drains with what the classes
+    above leave once they are empty. Each used to drain at the port's full rate."""
+
+    def timer_tick(self, port: int, tc: int) -> None:
+        from testbed.config.constants import TICK_TIMER_ONLY
+
+        tu.send_packet(self, AGENT_PORT, tick(port, tc, TICK_TIMER_ONLY))
+        tu.verify_no_other_packets(self)
+
+    def phantoms(self, port: int) -> dict[int, int]:
+        return {tc: self.bm.bm_register_read(0, "q_bytes", cell(port, tc)) for tc in (3, 4, 5)}
 
     def runTest(self) -> None:
-        from testbed.config.constants import TICK_TIMER_ONLY
         from testbed.control.entries import lossless_entries
 
         one = {table_key(e): e for e in lossless_entries(self.b, switch(), FabricConfig())}
-        two = lossless_entries(self.b, switch(), FabricConfig.model_validate(
-            {"qos": {"pfc_enable": [3, 4], "ecn": {3: {}, 4: {}}}}))
-        changed = [e for e in two if table_key(e) in one and one[table_key(e)] != e]
-        new = [e for e in two if table_key(e) not in one]
+        three = lossless_entries(self.b, switch(), FabricConfig.model_validate(
+            {"qos": {"profile": "sonic"}}))
+        changed = [e for e in three if table_key(e) in one and one[table_key(e)] != e]
+        new = [e for e in three if table_key(e) not in one]
         assert changed and new
         self.sess.write(changed, p4runtime_pb2.Update.MODIFY)
         self.sess.write(new, p4runtime_pb2.Update.INSERT)
-        # a 10 Mbit/s port: class 4's megabyte lasts 0.8 s, longer than the case
-        port, backlog, rate = 2, 200_000, 10e6 / 8  # bytes a second
+        # a 10 Mbit/s port drains 125 KB in 0.1 s, a megabyte in 0.8 s: longer than each step
+        # (its waits for no other packet included)
+        port, backlog, big, rate = 2, 200_000, 1_000_000, 10e6 / 8  # bytes a second
         try:
-            tu.send_packet(self, AGENT_PORT, tick(port, 4, 5 * backlog))
-            tu.send_packet(self, AGENT_PORT, tick(port, 3, backlog))
+            for tc, b in ((5, big), (4, big), (3, backlog)):
+                tu.send_packet(self, AGENT_PORT, tick(port, tc, b))
             tu.verify_no_other_packets(self)
             time.sleep(0.1)
-            tu.send_packet(self, AGENT_PORT, tick(port, 3, TICK_TIMER_ONLY))
+            self.timer_tick(port, 3)
+            q = self.phantoms(port)
+            assert 0 < q[5] <= big - rate * 0.1 * 0.8, q  # class 5 has the port
+            assert (q[4], q[3]) == (big, backlog), q  # and the classes below none of it
+            # class 5 found empty by its resync: class 4 has the port, class 3 still none
+            tu.send_packet(self, AGENT_PORT, tick(port, 5, 0))
             tu.verify_no_other_packets(self)
-            q3 = self.bm.bm_register_read(0, "q_bytes", cell(port, 3))
-            q4 = self.bm.bm_register_read(0, "q_bytes", cell(port, 4))
-            assert 0 < q4 <= 5 * backlog - rate * 0.1 * 0.8, q4  # class 4 has the whole port
-            assert q3 == backlog, q3  # and class 3 none of it
-            # class 4 found empty by its resync: from then on class 3 has the port
+            time.sleep(0.1)
+            self.timer_tick(port, 3)
+            q = self.phantoms(port)
+            assert 0 < q[4] <= big - rate * 0.1 * 0.8, q
+            assert q[3] == backlog, q
+            # class 4 found empty too: from then on class 3 has the port
             tu.send_packet(self, AGENT_PORT, tick(port, 4, 0))
             tu.verify_no_other_packets(self)
             time.sleep(0.1)
-            tu.send_packet(self, AGENT_PORT, tick(port, 3, TICK_TIMER_ONLY))
-            tu.verify_no_other_packets(self)
-            q3 = self.bm.bm_register_read(0, "q_bytes", cell(port, 3))
-            assert q3 <= backlog - rate * 0.1 * 0.8, q3
+            self.timer_tick(port, 3)
+            q = self.phantoms(port)
+            assert q[3] <= backlog - rate * 0.1 * 0.8, q
         finally:
             self.sess.write([one[table_key(e)] for e in changed], p4runtime_pb2.Update.MODIFY)
             self.sess.write(new, p4runtime_pb2.Update.DELETE)
