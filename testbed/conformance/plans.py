@@ -287,7 +287,7 @@ DUAL_SCALING = (
     "for 7 s: h3 -> h1 in class 4 at 4 Mbit/s throughout; h4 -> h1 in class 4 at line rate "
     "from 0.5 s to 2.5 s (class 4 congested), then h2 -> h1 and h4 -> h1 in class 3 at line "
     "rate from 3 s (class 3 congested in the 6 Mbit/s class 4 leaves); 2 QPs each but h3's "
-    "one. The port serves its classes in strict priority (SONiC schedules 3 and 4 by DWRR), "
+    "one. The port serves its classes in strict priority (it has no weighted scheduler), "
     "under which a congested class 4 leaves class 3 nothing, so the two congest in turn")
 
 
