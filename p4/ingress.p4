@@ -113,13 +113,7 @@ control RoceIngress(inout headers_t hdr,
                 drop_with(DROP_NOT_IPV4);
             }
         } else if (!hdr.ipv4.isValid()) {
-            /* A neighbour's plug (testbed.machine.ports: what its closing gate sent to use
-             * up its burst) is no fault of anyone's: dropped, and not counted as a drop. */
-            if (hdr.ethernet.ether_type == ETHERTYPE_KICK) {
-                mark_to_drop(std_meta);
-            } else {
-                drop_with(DROP_NOT_IPV4);
-            }
+            drop_with(DROP_NOT_IPV4);
         } else if (std_meta.checksum_error == 1) {
             drop_with(DROP_BAD_CHECKSUM);
         } else {

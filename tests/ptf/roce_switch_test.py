@@ -287,23 +287,6 @@ class NonIpDropped(RoceSwitchTest):
         tu.verify_packet(self, routed(pkt, 1), 1)
 
 
-class NeighboursPlugDroppedUncounted(RoceSwitchTest):
-    """A plug from a neighbour's closing gate (testbed.machine.ports.plug_sizes), a 9014-byte
-    frame of the agents' EtherType, is dropped and counted under no drop reason: it is no
-    fault, and a drop reason would flag the run (pipeline_drops)."""
-
-    def runTest(self) -> None:
-        from testbed.config.constants import ETH_P_KICK, NUM_DROP_REASONS
-
-        cells = [2 * NUM_DROP_REASONS + r for r in range(NUM_DROP_REASONS)]
-        before = [self.counter("RoceIngress.drops", c)[0] for c in cells]
-        plug = Ether(dst="02:02:02:02:02:02", src="02:02:02:02:02:02", type=ETH_P_KICK) / \
-            (b"\x00" * (9014 - 14))
-        tu.send_packet(self, 2, plug)
-        tu.verify_no_other_packets(self)
-        assert [self.counter("RoceIngress.drops", c)[0] for c in cells] == before
-
-
 class TruncatedPackets(RoceSwitchTest):
     """Frames cut inside the IPv4, UDP and BTH headers: dropped or forwarded, never a crash."""
 
