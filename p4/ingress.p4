@@ -18,6 +18,17 @@ control RoceIngress(inout headers_t hdr,
 
     action_selector(HashAlgorithm.crc16, 32w1024, 32w14) ecmp_selector;
 
+    /* Per port, its own MAC. A frame of the agents' EtherType from it is the switch's own
+     * plug (testbed.machine.ports.plug_sizes): BMv2 reads a port's veth with a packet socket,
+     * which also sees what other sockets send out of it, so every plug the agent sends out of
+     * a port comes back here as if received. It never crossed the link: not counted. */
+    table own_plug {
+        key = { std_meta.ingress_port: exact; hdr.ethernet.src_addr: exact; }
+        actions = { NoAction; }
+        default_action = NoAction();
+        size = 512;
+    }
+
 #ifndef PLAIN_FORWARDING
     RoceLossless() lossless;
 #endif
@@ -83,6 +94,12 @@ control RoceIngress(inout headers_t hdr,
 
     apply {
         bit<32> in_port = (bit<32>) std_meta.ingress_port;
+        if (hdr.ethernet.ether_type == ETHERTYPE_KICK) {
+            if (own_plug.apply().hit) {
+                mark_to_drop(std_meta);
+                exit;
+            }
+        }
         rx_port.count(in_port);
         meta.tc = 0;
         meta.drop = 0;
@@ -113,7 +130,14 @@ control RoceIngress(inout headers_t hdr,
                 drop_with(DROP_NOT_IPV4);
             }
         } else if (!hdr.ipv4.isValid()) {
-            drop_with(DROP_NOT_IPV4);
+            /* A neighbour's plug (testbed.machine.ports: what its closing gate sent to use
+             * up its burst) crossed the link, so rx_port counts it as the veth does; it is no
+             * fault of anyone's: dropped, and not counted as a drop. */
+            if (hdr.ethernet.ether_type == ETHERTYPE_KICK) {
+                mark_to_drop(std_meta);
+            } else {
+                drop_with(DROP_NOT_IPV4);
+            }
         } else if (std_meta.checksum_error == 1) {
             drop_with(DROP_BAD_CHECKSUM);
         } else {

@@ -208,6 +208,29 @@ def test_the_rocev2_plan_has_its_eleven_cases_and_packet_spray_is_na() -> None:
     assert spray.na and "per-packet" in spray.na
 
 
+def test_ack_timeout_checks_hold_each_flow_to_its_own_bound() -> None:
+    """Case 11: timeouts where the ACKs share the paused class, none where they do not; a flow
+    the run did not write fails both ways."""
+    sm = summary(flows={"h1-h3": {"qps": [qp(timeouts=3)]}, "h1-h4": {"qps": [qp()]}})
+    assert c.ack_timeouts("h1-h3", True)(sm).ok and c.ack_timeouts("h1-h4", False)(sm).ok
+    assert not c.ack_timeouts("h1-h4", True)(sm).ok
+    assert not c.ack_timeouts("h1-h3", False)(sm).ok
+    out = c.ack_timeouts("h9-h1", False)(sm)
+    assert not out.ok and "no QP of h9-h1" in out.measured
+
+
+def test_cnps_in_a_lossless_class_are_refused_before_case_11_runs() -> None:
+    """A broken configuration of case 11, CNPs mapped to a lossless class, never runs: the
+    scenario is refused at qos.pfc_enable with the fix."""
+    case = select("rocev2", ["11"])[0]
+    sc = copy.deepcopy(case.scenario)
+    sc["qos"]["pfc_enable"] = [3, 6]
+    with pytest.raises(ConfigError) as info:
+        parse_scenario(sc, case.key)
+    text = info.value.render()
+    assert "qos.pfc_enable" in text and "carries CNPs" in text and "map cnp_dscp" in text
+
+
 def test_selection_errors_name_the_choices() -> None:
     with pytest.raises(SelectionError, match="--plan nope: no such plan"):
         select("nope", None)

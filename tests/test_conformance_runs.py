@@ -89,11 +89,12 @@ def test_each_broken_configuration_fails_its_case(
 
 
 @pytest.mark.bmv2
-def test_classes_above_a_lossless_one_broken_fail_their_cases(tmp_path: Path) -> None:
+def test_classes_broken_fail_their_cases(tmp_path: Path) -> None:
     """PFC off on class 4 fails the dual-lossless case: class 4 drops and resends, and never
     pauses. rocev2.9's background moved to class 5, above the lossless class in the ports'
-    strict priority, starves the lossless flows. Both runs are faithful: class 4 and class 5
-    keep phantoms, which class 3's drains under (p4/lossless.p4, drain_under)."""
+    strict priority, starves the lossless flows. Every ACK of case 11 in the paused class
+    times out both of h1's QPs. Every run is faithful: class 4 and class 5 keep phantoms,
+    which class 3's drains under (p4/lossless.p4, drain_under)."""
     def pfc_on_3_only(sc: dict) -> None:
         sc["qos"]["pfc_enable"] = [3]
 
@@ -101,9 +102,17 @@ def test_classes_above_a_lossless_one_broken_fail_their_cases(tmp_path: Path) ->
         for bg in sc["background"]:
             bg["tc"] = 5
 
-    broken = [_broken("pfc.dual", pfc_on_3_only), _broken("rocev2.9", background_in_5)]
+    def acks_in_the_paused_class(sc: dict) -> None:
+        for f in sc["flows"]:
+            f.pop("ack_tc", None)
+
+    broken = [_broken("pfc.dual", pfc_on_3_only), _broken("rocev2.9", background_in_5),
+              _broken("rocev2.11", acks_in_the_paused_class)]
     rows = run_cases(broken, tmp_path, {}, say=lambda _m: None)
     status = {(r.key, r.check): r.status for r in rows}
+    assert status[("rocev2.11", "faithful")] == PASS
+    assert status[("rocev2.11", "ACK timeouts when ACKs share the paused class")] == PASS
+    assert status[("rocev2.11", "no ACK timeout when ACKs travel in another class")] == FAIL
     assert status[("pfc.dual", "faithful")] == PASS
     assert status[("pfc.dual", "PFC seen on class 4")] == FAIL
     assert status[("pfc.dual", "no NAK or sequence error")] == FAIL  # class 4's drops resent

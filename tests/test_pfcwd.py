@@ -302,7 +302,7 @@ def agent_without_io(watchdog: dict | None):
     port = AgentPort(1, "p1", 10.0, [1000] * 8)
     agent = SwitchAgent.__new__(SwitchAgent)
     agent.cfg = AgentConfig("sw", [port], [], 0, [3], "agt", 0.01, 0.1, "/tmp",
-                            watchdog=watchdog)
+                            watchdog=watchdog, resynced=[3])
     agent.ports = {1: PortRuntime(port, None, None)}  # type: ignore[arg-type]
     return agent
 

@@ -265,3 +265,29 @@ def test_a_refused_gate_change_is_logged_not_raised(capsys) -> None:
         gates.close(3)
     err = capsys.readouterr().err
     assert "pa: qdisc change of the class 3 gate refused: No such device" in err, err
+
+
+def test_a_plugged_closing_gate_holds_even_small_frames() -> None:
+    """tbf refills its bucket whenever it is changed, so a closing gate lets its whole burst
+    through: 40 of 40 62-byte frames (ACK-sized) cross a closed gate of class 6. Handed its
+    burst in plugs, the closed gate of class 3 holds them but for what its closed rate
+    refills (1 kbit/s: two such frames a second), and sends them in order when it opens;
+    the plugs are not counted as the class's traffic."""
+    with port(10.0) as (ns, gates):
+        rx = receive(ns, 2.5)
+        gates.close(6)
+        gates.close(3)
+        gates.plug(3)
+        send(ns, [[26, 40, 62, 0], [48, 40, 62, 1000]])
+        time.sleep(1.0)
+        held = gates.stats()
+        gates.open(3)
+        gates.open(6)
+        got = json.loads(rx.communicate()[0])
+        after = gates.stats()[3]
+    assert held[6].backlog_packets == 0  # unplugged: the burst let every frame through
+    assert held[3].backlog_packets >= 36 and held[3].sent_packets <= 4, held[3]
+    assert gates.plugs[3] == 1
+    by = {d: [x[2] for x in got if x[0] == d] for d in (26, 48)}
+    assert by[26] == list(range(40)) and len(by[48]) == 40
+    assert (after.sent_packets, after.sent_bytes, after.drops) == (40, 40 * 62, 0)

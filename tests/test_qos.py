@@ -205,3 +205,16 @@ def test_more_phantoms_above_a_lossless_class_than_the_program_follows_are_refus
     text = info.value.render()
     assert "qos.pfc_enable" in text and "classes [1, 2, 3, 4, 5]" in text
     assert "more than the 4 the P4 program follows" in text and "make fewer classes" in text
+
+
+def test_plugs_use_up_a_gates_burst_in_whole_frames() -> None:
+    """A closing gate's burst in plugs: one largest frame at a 9000-byte MTU; at 1500 the
+    1600-byte burst is a full frame and the rest, never shorter than an Ethernet frame."""
+    from testbed.machine.ports import MIN_FRAME_BYTES, gate_burst_bytes, plug_sizes
+
+    assert plug_sizes(gate_burst_bytes(9014), 9014) == [9014]
+    assert plug_sizes(gate_burst_bytes(1514), 1514) == [1514, 86]
+    assert plug_sizes(1600, 1560) == [1540, MIN_FRAME_BYTES]
+    for burst, frame in ((9014, 9014), (1600, 1514), (1600, 1560), (20_000, 4000)):
+        sizes = plug_sizes(burst, frame)
+        assert sum(sizes) == burst and all(MIN_FRAME_BYTES <= n <= frame for n in sizes)

@@ -5,7 +5,7 @@ starts on a loaded machine, and the file is complete."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.config.phantoms import resynced_classes
@@ -47,12 +47,13 @@ class AgentConfig:
     #: open the switch's sockets; None: the agent was started inside it.
     netns: str | None = None
     #: The classes whose phantoms the agent resyncs (testbed.config.phantoms.resynced_classes):
-    #: the lossless ones and the classes with a phantom above them. None: the lossless ones.
-    resynced: list[int] | None = None
+    #: the lossless ones and the classes with a phantom above them. The fabric always writes
+    #: it (agent_config).
+    resynced: list[int] = field(kw_only=True)
 
     @property
     def resync_classes(self) -> list[int]:
-        return self.lossless if self.resynced is None else self.resynced
+        return self.resynced
 
     @classmethod
     def load(cls, path: str | Path) -> AgentConfig:

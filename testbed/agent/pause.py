@@ -63,6 +63,7 @@ class PauseMixin:
     event_log: CsvWriter[EventRow]
     wd_action: str
     now: Callable[[], float]  # seconds on the run's clock
+    hot: set[tuple[int, int]]  # the resynced queues that held packets lately (telemetry)
 
     def on_pfc(self, pr: PortRuntime, classes: dict[int, int], t_kernel: float) -> None:
         now = self.clock()
@@ -82,6 +83,10 @@ class PauseMixin:
             if not st.until:
                 pr.gates.close(tc)
                 self.stats["gate_changes"] += 1
+                if tc in self.cfg.resync_classes and (pr.cfg.number, tc) not in self.hot:
+                    # the queue was empty at the last resync: the gate's burst goes in plugs,
+                    # and what comes next is held (testbed.machine.ports.plug_sizes)
+                    pr.gates.plug(tc)
                 st.since = now
                 self._event(pr, tc, "pause", quanta, t_kernel)
             st.until = now + quanta * quantum_s

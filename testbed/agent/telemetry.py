@@ -54,7 +54,7 @@ class TelemetryMixin:
     xoff_until: dict[tuple[int, int], float]
 
     @cached_property
-    def _lossless_majors(self) -> frozenset[int]:
+    def _resynced_majors(self) -> frozenset[int]:
         """The resynced classes' gate handles (majors): what a resync tick reads (the
         lossless classes, and those with a phantom above them)."""
         return frozenset(gate_major(tc) for tc in self.cfg.resync_classes)
@@ -88,7 +88,7 @@ class TelemetryMixin:
         """Resync tick: read the kernel (one dump) and tick every resynced queue (lossless, or
         with a phantom above a lossless one) that holds, or just held, packets with its
         backlog. Queues with a backlog become "hot"."""
-        stats = stats if stats is not None else self._backlogs(self._lossless_majors)
+        stats = stats if stats is not None else self._backlogs(self._resynced_majors)
         for n in self.ports:
             for tc in self.cfg.resync_classes:
                 st = stats[n].get(tc)

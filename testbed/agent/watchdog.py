@@ -36,7 +36,7 @@ class WatchdogMixin:
     _event: Callable[..., None]
     #: The telemetry's kernel read (TelemetryMixin): every port's classes from one dump.
     _backlogs: Callable[..., dict[int, dict[int, ClassStats]]]
-    _lossless_majors: frozenset[int]
+    _resynced_majors: frozenset[int]
 
     @functools.cached_property
     def watchdog(self) -> PfcWatchdog:
@@ -59,7 +59,7 @@ class WatchdogMixin:
         if not self.watchdog.ports:
             return
         now = self.clock()
-        stats = backlogs if backlogs is not None else self._backlogs(self._lossless_majors)
+        stats = backlogs if backlogs is not None else self._backlogs(self._resynced_majors)
         seen: dict[tuple[int, int], QueueObservation] = {}
         for n, tc in self.watchdog.queues:
             st = stats[n].get(tc)

@@ -31,6 +31,12 @@ PFC_PORT_BITMAP_BITS = 64
 
 #: EtherType of the agent's tick frames (IEEE local experimental).
 ETH_P_TICK = 0x88B6
+#: EtherType of the agent's own frames into its port's qdisc (testbed.machine.ports): a kick,
+#: which the qdisc drops, and the plugs a closing gate sends to use up its burst, which reach
+#: the neighbour and which it drops (p4/ingress.p4; a host's kernel has no handler for it).
+#: Plugs carry their port's MAC as source: their own switch, which sees them leave, leaves them
+#: uncounted (p4/ingress.p4, own_plug).
+ETH_P_KICK = 0x88B7
 #: A tick's backlog field when the tick carries no kernel backlog (a timer tick).
 TICK_TIMER_ONLY = 0xFFFFFFFF
 #: A tick's sent field when the agent does not know what the kernel let go of.

@@ -67,6 +67,20 @@ def no_resend(summary: Summary) -> Outcome:
                    "0 NAKs, retransmissions, timeouts")
 
 
+def ack_timeouts(flow: str, expected: bool) -> CheckFn:
+    """Case 11: the requester's Local ACK Timeout fires on a flow whose ACKs wait in the paused
+    class (``expected``), and never on one whose ACKs travel in another class."""
+    bound = ">= 1 timeout" if expected else "0 timeouts"
+
+    def check(summary: Summary) -> Outcome:
+        qps = _qps(summary, [flow])
+        if not qps:
+            return Outcome(False, f"no QP of {flow} in the summary", bound)
+        n = sum(q.get("timeouts", 0) for q in qps)
+        return Outcome((n > 0) is expected, f"{flow}: {n} timeouts", bound)
+    return check
+
+
 def delivered(summary: Summary) -> Outcome:
     """Every flow delivered bytes and no QP ran out of retries."""
     flows = summary.get("flows") or {}

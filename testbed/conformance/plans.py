@@ -251,13 +251,13 @@ def _rocev2() -> list[Case]:
             "an out-of-order receiver (the endpoint's Go-Back-N NAKs any gap)")),
         _background_case(pfc3),
         _failover(pfc3),
-        Case("rocev2", "11", "Control-plane ACK timeouts under PFC", na=(
-            "needs a paused class to hold ACKs: a switch port's gate for a class is a kernel "
-            "tbf (this kernel has no qdisc that holds packets indefinitely), which as it closes "
-            "lets one burst of the largest frame through, 9 KB, some 145 ACKs; measured, ACKs "
-            "in the paused class reached the requester at their unpaused rate, about 19 a "
-            "second, for 6 s of pause, and no timer expired (flows' ack_tc moves ACKs to a "
-            "class of their own)")),
+        Case("rocev2", "11", "Control-plane ACK timeouts under PFC", ACK_SCALING,
+             _ack_timeouts(pfc3),
+             (*BASE, ("no lossless drop", c.no_lossless_drop),
+              ("ACK timeouts when ACKs share the paused class",
+               c.ack_timeouts("h1-h3", True)),
+              ("no ACK timeout when ACKs travel in another class",
+               c.ack_timeouts("h1-h4", False)))),
     ]
 
 
@@ -280,6 +280,30 @@ def _pfc() -> list[Case]:
              _incast("conf-pfc-lossy", _qos([], []), False),
              (("faithful", c.faithful), ("no PFC on a lossy class", c.no_pfc))),
     ]
+
+
+ACK_SCALING = (
+    "plan: the tester pauses the requester's port on the data's class and its ACK timers "
+    "fire only where ACKs share that class; here h1 sends to h3 (ACKs in class 3, the data's) "
+    "and to h4 (ACKs in class 6, DSCP 48), 1 QP each capped at 2 Mbit/s, and storms PAUSE for "
+    "class 3 from 2 s to 2.5 s of a 7 s run, each PAUSE for 10,000 quanta (0.51 s at 10 Mbit/s), "
+    "the watchdog off; Local ACK Timeout n = 4: 66 us at DCQCN's 40G reference, 0.26 s at 10 "
+    "Mbit/s, so that a QP times out a few times in the pause, within IB's 7 retries")
+#: Case 11's storm: each PAUSE asks for 0.51 s at 10 Mbit/s, so the pause ends soon after it.
+ACK_PAUSE_QUANTA = 10_000
+
+
+def _ack_timeouts(qos: dict) -> dict:
+    """RoCEv2 case 11 (ACK_SCALING): leaf1's class-3 gate toward h1 holds the ACKs of h1's
+    QP to h3, and those to h4 travel in class 6."""
+    return {"name": "conf-rocev2-11", "fabric": dict(FABRIC), "qos": qos,
+            "endpoints": {"dcqcn": False, "local_ack_timeout": 4},
+            "agent": {"pfc_watchdog": {"enabled": False}}, "duration_s": 7, "settle_s": 2,
+            "flows": [_flow("h1-h3", "h1", "h3", qps=1, rate_cap_mbps=2, duration_s=6),
+                      _flow("h1-h4", "h1", "h4", qps=1, rate_cap_mbps=2, duration_s=6,
+                            ack_tc=6)],
+            "faults": [{"at_s": 2, "host": "h1", "mode": "storm", "tc": 3, "until_s": 2.5,
+                        "quanta": ACK_PAUSE_QUANTA}]}
 
 
 DUAL_SCALING = (

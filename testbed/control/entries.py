@@ -204,10 +204,20 @@ def build_switch_program(
                 insert.append(b.exact_entry(f"{INGRESS}.dscp_to_tc", "hdr.ipv4.dscp", dscp,
                                             b.action(f"{INGRESS}.set_tc", tc=cfg.qos.default_tc)))
     insert.extend(lossless_entries(b, sw, cfg))
+    insert.extend(own_plug_entries(b, sw))
     masks = hash_masks(hash_fields if hash_fields is not None else cfg.ecmp.hash_fields)
     modify = [b.default_entry(f"{INGRESS}.hash_config",
                               b.action(f"{INGRESS}.set_hash_config", seed=sw.ecmp_seed, **masks))]
     return SwitchProgram(modify=modify, insert=insert, routing=routing_entries(b, routes))
+
+
+def own_plug_entries(b: EntryBuilder, sw: Switch) -> list[p4runtime_pb2.Entity]:
+    """Each port's own MAC, the source of the plugs its agent sends out of it
+    (testbed.machine.ports.plug_sizes): BMv2's packet socket sees them leave, and the program
+    must not count them as received (p4/ingress.p4, own_plug)."""
+    return [b.entry(f"{INGRESS}.own_plug", {"std_meta.ingress_port": port.number,
+                                            "hdr.ethernet.src_addr": mac_to_int(port.mac)},
+                    b.action("NoAction")) for port in sw.ports.values()]
 
 
 def routing_entries(b: EntryBuilder, routes: list[Route],

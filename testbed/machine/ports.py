@@ -24,7 +24,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from testbed.config.constants import gate_class, gate_major
+from testbed.config.constants import ETH_P_KICK, gate_class, gate_major
 from testbed.machine.netns import inside
 from testbed.machine.qdisc_netlink import QdiscSocket, delete_request, tbf_request
 from traffic.wire import ETH_P_MAC_CONTROL, NUM_TCS
@@ -35,7 +35,6 @@ CONTROL_CLASSID = 0x20
 #: look at a class again until something is enqueued, so an opened gate with nothing else to
 #: send would keep its held packets until the next frame arrived.
 KICK_CLASSID = 0x21
-ETH_P_KICK = 0x88B7
 OPEN_RATE_BPS = 1_000_000_000  # 1 Gbit/s: far above any emulated link, never the bottleneck
 CLOSED_RATE_BPS = 1_000  # 1 kbit/s (8 bit/s overflows tbf's burst field with jumbo frames)
 #: No tbf burst is smaller than this, whatever the MTU (testbed.topology.qos counts it as leak).
@@ -46,6 +45,31 @@ def gate_burst_bytes(max_frame: int) -> int:
     """A gate's tbf burst, open or closed: the largest frame (tbf drops at enqueue any frame
     larger than its burst), so also what a closing gate lets through."""
     return max(max_frame, MIN_BURST_BYTES)
+
+
+#: The smallest Ethernet frame, without its FCS: the shortest plug.
+MIN_FRAME_BYTES = 60
+
+
+def plug_sizes(burst: int, max_frame: int) -> list[int]:
+    """The frames that use up a closing gate's whole burst: as few as the largest frame
+    allows, none shorter than an Ethernet frame (1600 bytes at a 1500-byte MTU: 1514 + 86).
+
+    Why plugs: tbf refills its bucket to the whole burst whenever it is changed, so a gate
+    that closes still lets its burst through, and the burst must hold the largest frame. Of
+    4 KB data frames that is two; of 62-byte ACKs it is some 145, which crossed a 6 s pause at
+    their unpaused rate (measured), where a real paused port holds every frame but the one on
+    the wire. A closing gate whose queue is empty is handed its burst in plugs, which it
+    sends at once: what comes after is held until the gate opens. (This kernel has no qdisc
+    that holds packets indefinitely: no sch_plug.)"""
+    sizes, left = [], burst
+    while left > 0:
+        n = min(left, max_frame)
+        if 0 < left - n < MIN_FRAME_BYTES:
+            n = left - MIN_FRAME_BYTES
+        sizes.append(n)
+        left -= n
+    return sizes
 
 #: htb's buckets (burst and cburst of every class): what a class may send at once, beyond its
 #: rate, after it idled or was paused. A real port never sends faster than its line rate, and
@@ -184,6 +208,13 @@ class PortGates:
         with inside(f"/run/netns/{netns}" if netns else None):
             self.nl = QdiscSocket()
             self._kick_sock: socket.socket | None = self._open_kick_sock()
+            # plugs go straight into a class: SO_PRIORITY names it (htb looks at it before any
+            # filter), set before each plug
+            self._plug_sock: socket.socket | None = self._open_kick_sock()
+        # the plugs' source: the port's own MAC, by which its switch knows them (p4/ingress.p4)
+        self._plug_header = (b"\x02" * 6 + self._plug_sock.getsockname()[4][:6]
+                             + ETH_P_KICK.to_bytes(2, "big"))
+        self.plugs = [0] * NUM_TCS  # plug frames sent, per class
         self.closed = [False] * NUM_TCS
         # What a class had sent and dropped before the watchdog re-created its gate (which
         # starts its counters from zero), so stats() stays cumulative; purged packets count
@@ -224,6 +255,27 @@ class PortGates:
             return
         with contextlib.suppress(OSError):  # dropped by design: ENOBUFS is the normal answer
             self._kick_sock.send(b"\x02" * 12 + ETH_P_KICK.to_bytes(2, "big") + bytes(46))
+
+    def plug(self, tc: int) -> None:
+        """Hand the class's closing gate its whole burst in plugs (:func:`plug_sizes`): with
+        its queue empty, the gate sends them at once and then holds whatever comes until it
+        opens. The plugs are no traffic of the class's: :meth:`stats` leaves them out, and
+        the neighbour drops them."""
+        sock = self._plug_sock
+        if sock is None:  # closed
+            return
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, gate_parent(tc))
+        header = self._plug_header
+        for size in plug_sizes(gate_burst_bytes(self.spec.max_frame), self.spec.max_frame):
+            try:
+                sock.send(header + bytes(size - len(header)))
+            except OSError:  # the queue was full after all, and counted the plug a drop
+                d, b, n = self._base[tc]
+                self._base[tc] = (d - 1, b, n)
+                continue
+            d, b, n = self._base[tc]
+            self._base[tc] = (d, b - size, n - 1)
+            self.plugs[tc] += 1
 
     def gate_rate(self, tc: int) -> int:
         """The gate's current rate in bit/s, read back from the kernel."""
@@ -331,6 +383,9 @@ class PortGates:
 
     def close_sockets(self) -> None:
         """The port's own sockets."""
+        if self._plug_sock is not None:
+            self._plug_sock.close()
+            self._plug_sock = None
         self.nl.close()
         if self._kick_sock is not None:
             self._kick_sock.close()

@@ -21,7 +21,7 @@ fidelity), plus:
       - {at_s: 0, link_down: [spine1, leaf3]}     # every parallel link of the pair
       - {at_s: 1, link_down: [spine2, leaf3, 2]}  # only the 2nd of them (1..parallel_links)
       - {at_s: 5, link_up: [spine1, leaf3]}
-      - {at_s: 2, host: h4, mode: storm, tc: 3, until_s: 8}
+      - {at_s: 2, host: h4, mode: storm, tc: 3, until_s: 8}   # quanta: 65535 each PAUSE
       - {at_s: 2, host: h2, mode: slow_receiver, max_rx_pps: 50}
       - {at_s: 0, host: h3, mode: rx_loss, rate: 0.01, seed: 1}
     capture: [h1, leaf1:2]    # pcaps of h1's NIC and leaf1's port 2 (testbed.run.capture)
@@ -62,7 +62,7 @@ from traffic.background import BackgroundSpec
 from traffic.collectives import CollectiveSpec, default_ranks, flows_of, message_bytes
 from traffic.flows import FlowSpec
 from traffic.names import NAME_PATTERN, PORT_PATTERN, is_name
-from traffic.wire import LOCAL_ACK_TIMEOUT, RETRY_COUNT
+from traffic.wire import LOCAL_ACK_TIMEOUT, PFC_MAX_QUANTA, RETRY_COUNT
 
 
 class RouteOverride(BaseModel):
@@ -90,6 +90,9 @@ class Fault(BaseModel):
     rate: float | None = Field(None, ge=0, le=1, description="rx_loss: probability that an "
                                "arriving RoCE data packet is dropped (0.01: 1%)")
     seed: int = Field(1, ge=0, description="rx_loss: seed of the loss's random generator")
+    quanta: int | None = Field(None, ge=1, le=PFC_MAX_QUANTA, description=(
+        "storm: the pause each PAUSE frame asks for, in quanta of 512 bit times (default "
+        "65535, the longest); the pause outlasts the storm's last frame by that much"))
 
     @field_validator("link_down", "link_up", mode="before")
     @classmethod
@@ -116,6 +119,8 @@ class Fault(BaseModel):
             raise ValueError("slow_receiver needs max_rx_pps")
         if self.mode == "rx_loss" and self.rate is None:
             raise ValueError("rx_loss needs rate, the probability of losing a packet (0..1)")
+        if self.quanta is not None and self.mode != "storm":
+            raise ValueError("quanta is the pause a storm's frames ask for: only with mode storm")
         if self.until_s is not None and self.until_s <= self.at_s:
             raise ValueError("until_s must be after at_s")
         return self

@@ -249,6 +249,8 @@ def _apply_fault(fabric, f: Fault, end: bool) -> str:
     req: dict = {"mode": f.mode, "tc": f.tc}
     if f.max_rx_pps:
         req["max_rx_pps"] = f.max_rx_pps
+    if f.quanta:
+        req["quanta"] = f.quanta
     if f.mode == "rx_loss":
         req.update(rate=f.rate, seed=f.seed)
         c.call(cmd="fault", **req)

@@ -287,6 +287,29 @@ class NonIpDropped(RoceSwitchTest):
         tu.verify_packet(self, routed(pkt, 1), 1)
 
 
+class PlugsDroppedUnderNoReason(RoceSwitchTest):
+    """Plugs (testbed.machine.ports.plug_sizes): 9014-byte frames of the agents' EtherType.
+    A neighbour's crossed the link: rx_port counts it, as the veth does, and it is dropped
+    under no drop reason (it is no fault; a drop reason would flag the run). The switch's own,
+    from the port's MAC, is what BMv2's packet socket saw the agent send out of the port: it
+    never arrived, so rx_port does not count it, or the hidden loss would come out negative."""
+
+    def runTest(self) -> None:
+        from testbed.config.constants import ETH_P_KICK, NUM_DROP_REASONS
+
+        cells = [2 * NUM_DROP_REASONS + r for r in range(NUM_DROP_REASONS)]
+        before = [self.counter("RoceIngress.drops", c)[0] for c in cells]
+        rx = self.counter("RoceIngress.rx_port", 2)[0]
+        for src, counted in ((PEER_MAC[2], 1), (SW_MAC[2], 0)):
+            plug = Ether(dst="02:02:02:02:02:02", src=src, type=ETH_P_KICK) / \
+                (b"\x00" * (9014 - 14))
+            tu.send_packet(self, 2, plug)
+            tu.verify_no_other_packets(self)
+            assert self.counter("RoceIngress.rx_port", 2)[0] == rx + counted, src
+            rx += counted
+        assert [self.counter("RoceIngress.drops", c)[0] for c in cells] == before
+
+
 class TruncatedPackets(RoceSwitchTest):
     """Frames cut inside the IPv4, UDP and BTH headers: dropped or forwarded, never a crash."""
 
