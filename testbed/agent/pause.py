@@ -87,6 +87,7 @@ class PauseMixin:
                     # the queue was empty at the last resync: the gate's burst goes in plugs,
                     # and what comes next is held (testbed.machine.ports.plug_sizes)
                     pr.gates.plug(tc)
+                    self.stats["plugs"] += 1
                 st.since = now
                 self._event(pr, tc, "pause", quanta, t_kernel)
             st.until = now + quanta * quantum_s

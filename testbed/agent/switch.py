@@ -47,7 +47,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.tick_sock.bind((cfg.tick_ifname, 0))
         self.timers: list[tuple[float, int, int]] = []  # (when, port, tc): a pause expires
         self.running = True
-        self.stats = {"ticks": 0, "pfc_rx": 0, "gate_changes": 0}
+        self.stats = {"ticks": 0, "pfc_rx": 0, "gate_changes": 0, "plugs": 0}
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         self.telemetry_log = telemetry_writer(cfg.out_dir, cfg.switch)
         self.event_log = events_writer(cfg.out_dir, cfg.switch)
