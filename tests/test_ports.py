@@ -291,3 +291,26 @@ def test_a_plugged_closing_gate_holds_even_small_frames() -> None:
     by = {d: [x[2] for x in got if x[0] == d] for d in (26, 48)}
     assert by[26] == list(range(40)) and len(by[48]) == 40
     assert (after.sent_packets, after.sent_bytes, after.drops) == (40, 40 * 62, 0)
+
+
+def test_a_plug_is_counted_by_nobody_even_while_it_waits() -> None:
+    """A gate closed again while it still holds packets that came after the last resync is
+    plugged behind them: the plug waits in the queue until the gate opens. Meanwhile the
+    class's statistics show its own packets alone (none sent, the 5 held), and after the
+    opening, the 5 sent and nothing queued: never a packet un-sent, never the plug's 9 KB as
+    the class's backlog."""
+    size = 1000
+    with port(10.0) as (ns, gates):
+        gates.close(3)
+        gates.plug(3)  # the burst gone: what comes is held
+        send(ns, [[26, 5, size, 0]])
+        time.sleep(0.2)
+        gates.plug(3)  # behind the 5 held packets
+        held = gates.stats()[3]
+        gates.open(3)
+        time.sleep(0.2)
+        after = gates.stats()[3]
+    assert gates.plugs[3] == 2
+    assert (held.backlog_packets, held.backlog_bytes, held.sent_packets) == (5, 5 * size, 0), held
+    assert (after.backlog_packets, after.sent_packets, after.sent_bytes, after.drops) == \
+        (0, 5, 5 * size, 0), after

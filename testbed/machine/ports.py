@@ -220,6 +220,9 @@ class PortGates:
         # starts its counters from zero), so stats() stays cumulative; purged packets count
         # as drops.
         self._base = [(0, 0, 0)] * NUM_TCS  # (drops, sent_bytes, sent_packets)
+        # Per class: the plugs still in the queue, by batch: the gate's sent-packet count at
+        # which the batch's first plug leaves, and the plugs' sizes (plug(), _unplugged()).
+        self._waiting: list[list[tuple[int, list[int]]]] = [[] for _ in range(NUM_TCS)]
         # Per class: the drops costed in bytes so far, and how many drops that covers; bytes
         # None while the watchdog drops whatever comes (drop_all to rebase).
         self._dropped: list[tuple[int, int | None]] = [(0, 0)] * NUM_TCS  # (drops, bytes)
@@ -264,8 +267,14 @@ class PortGates:
         sock = self._plug_sock
         if sock is None:  # closed
             return
+        kernel = self._kernel().get(tc)
+        if kernel is None:  # no gate to plug
+            return
+        # the plugs leave once what waits ahead of them has: the queue is a FIFO
+        _backlog, qlen, _drops, _sent_bytes, sent_packets = kernel
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, gate_parent(tc))
         header = self._plug_header
+        sizes: list[int] = []
         for size in plug_sizes(gate_burst_bytes(self.spec.max_frame), self.spec.max_frame):
             try:
                 sock.send(header + bytes(size - len(header)))
@@ -273,9 +282,39 @@ class PortGates:
                 d, b, n = self._base[tc]
                 self._base[tc] = (d - 1, b, n)
                 continue
-            d, b, n = self._base[tc]
-            self._base[tc] = (d, b - size, n - 1)
+            sizes.append(size)
             self.plugs[tc] += 1
+        if sizes:
+            self._waiting[tc].append((sent_packets + qlen, sizes))
+
+    def _unplugged(self, tc: int, backlog: int, qlen: int, sent_bytes: int,
+                   sent_packets: int) -> tuple[int, int, int, int]:
+        """The gate's own counters less its plugs: those gone from what it sent, those
+        waiting from its queue. A plug is counted sent when it leaves, not when it is handed
+        over: a plug that waited its turn behind another class's frames, or behind the
+        class's own held packets, read as a packet the class had un-sent and as the plug's
+        bytes in its queue (9,014 at a 9000-byte MTU), which a resync took for occupancy. A
+        batch all gone goes into the base for good. (A packet that reaches the queue between
+        plug()'s reading and its send is taken for a plug when it leaves, until the plug
+        itself does: microseconds of window.)"""
+        batches = self._waiting[tc]
+        if not batches:
+            return backlog, qlen, sent_bytes, sent_packets
+        gone_n = gone_b = wait_n = wait_b = 0
+        keep = []
+        for first, sizes in batches:
+            gone = min(max(sent_packets - first, 0), len(sizes))
+            if gone == len(sizes):
+                d, b, n = self._base[tc]
+                self._base[tc] = (d, b - sum(sizes), n - gone)
+                continue
+            keep.append((first, sizes))
+            gone_n += gone
+            gone_b += sum(sizes[:gone])
+            wait_n += len(sizes) - gone
+            wait_b += sum(sizes[gone:])
+        self._waiting[tc] = keep
+        return backlog - wait_b, qlen - wait_n, sent_bytes - gone_b, sent_packets - gone_n
 
     def gate_rate(self, tc: int) -> int:
         """The gate's current rate in bit/s, read back from the kernel."""
@@ -295,6 +334,7 @@ class PortGates:
         now = self.stats().get(tc)
         if now is not None:
             self._base[tc] = (now.drops + now.backlog_packets, now.sent_bytes, now.sent_packets)
+        self._waiting[tc] = []  # purged with the queue, uncounted: the new gate counts from 0
         # Every frame that comes from now on is dropped, and the kernel counts them in packets
         # alone: their bytes are not known until rebase() is told what the P4 program admitted.
         self._dropped[tc] = (self._dropped[tc][0], None)
@@ -331,20 +371,15 @@ class PortGates:
         # when the cores were saturated.
         self.kick()
 
-    def stats(self, dump=None) -> dict[int, ClassStats]:
-        """Per class: backlog, drops, sent. ``dump`` is a QdiscReader dump to reuse."""
+    def _kernel(self, dump=None) -> dict[int, tuple[int, int, int, int, int]]:
+        """Per class, the gate's own counters: (backlog bytes, backlog packets, drops, sent
+        bytes, sent packets), which start from zero whenever the gate is re-created."""
         if dump is None and self.reader is not None:
             dump = self.reader.dump()
         if dump is not None:
-            out_fast: dict[int, ClassStats] = {}
-            for q in dump:
-                tc = q.tc
-                if q.ifindex == self.ifindex and tc is not None:
-                    d, b, n = self._base[tc]
-                    out_fast[tc] = self._class(tc, q.backlog, q.qlen, d + q.drops, b + q.bytes,
-                                               n + q.packets)
-            return out_fast
-        out: dict[int, ClassStats] = {}
+            return {q.tc: (q.backlog, q.qlen, q.drops, q.bytes, q.packets) for q in dump
+                    if q.ifindex == self.ifindex and q.tc is not None}
+        out: dict[int, tuple[int, int, int, int, int]] = {}
         for q in self.ipr.get_qdiscs(index=self.ifindex):
             tc = gate_class(q["handle"] >> 16)
             if tc is None or q.get_attr("TCA_KIND") != "tbf":
@@ -352,9 +387,19 @@ class PortGates:
             st2 = q.get_attr("TCA_STATS2")
             basic = st2.get_attr("TCA_STATS_BASIC")
             queue = st2.get_attr("TCA_STATS_QUEUE")
+            out[tc] = (queue["backlog"], queue["qlen"], queue["drops"], basic["bytes"],
+                       basic["packets"])
+        return out
+
+    def stats(self, dump=None) -> dict[int, ClassStats]:
+        """Per class: backlog, drops, sent, cumulative across re-created gates and without
+        the plugs. ``dump`` is a QdiscReader dump to reuse."""
+        out: dict[int, ClassStats] = {}
+        for tc, (backlog, qlen, drops, sent_bytes, sent_packets) in self._kernel(dump).items():
+            backlog, qlen, sent_bytes, sent_packets = self._unplugged(
+                tc, backlog, qlen, sent_bytes, sent_packets)
             d, b, n = self._base[tc]
-            out[tc] = self._class(tc, queue["backlog"], queue["qlen"], d + queue["drops"],
-                                  b + basic["bytes"], n + basic["packets"])
+            out[tc] = self._class(tc, backlog, qlen, d + drops, b + sent_bytes, n + sent_packets)
         return out
 
     def _class(self, tc: int, backlog: int, qlen: int, drops: int, sent_bytes: int,
