@@ -1,4 +1,5 @@
-"""Scapy layers for RoCEv2 and PFC: the reference the fast byte paths are checked against.
+"""Scapy layers for RoCEv2, PFC and IB credits: the reference the fast byte paths are checked
+against.
 
 Scapy's own ``scapy.contrib.roce`` has BTH, AETH and the CNP padding; RETH (the RDMA WRITE
 header) is added here, declaratively, and bound to the opcodes that carry it.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.contrib.roce import AETH, BTH, CNPPadding
-from scapy.fields import IntField, LongField
+from scapy.fields import BitEnumField, BitField, IntField, LongField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
@@ -16,7 +17,7 @@ from scapy.packet import Packet, bind_layers
 from traffic.packets import DSCP_ROCE, ECN_ECT0, RETH_OPCODES
 from traffic.wire import ROCEV2_UDP_PORT
 
-__all__ = ["AETH", "BTH", "CNPPadding", "PFC", "RETH", "scapy_roce"]
+__all__ = ["AETH", "BTH", "CNPPadding", "IBFlowControl", "PFC", "RETH", "scapy_roce"]
 
 
 class RETH(Packet):
@@ -44,3 +45,12 @@ def scapy_roce(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int,
     if ext is not None:
         pkt = pkt / ext
     return pkt / (payload + b"\x00" * pad)
+
+
+class IBFlowControl(Packet):
+    """InfiniBand's link-level flow control packet (IBA vol. 1, 7.9) without its LPCRC, the
+    reference for :mod:`traffic.credits`."""
+
+    name = "IBFlowControl"
+    fields_desc = [BitEnumField("op", 0, 4, {0: "normal", 1: "init"}), BitField("fctbs", 0, 12),
+                   BitField("vl", 0, 4), BitField("fccl", 0, 12)]

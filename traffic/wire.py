@@ -28,6 +28,10 @@ PFC_DST_MAC = "01:80:c2:00:00:01"
 PFC_QUANTUM_BITS = 512
 #: The largest pause time a PFC frame carries (a 16-bit field).
 PFC_MAX_QUANTA = 0xFFFF
+#: Mode ib-credit's flow control frames (traffic.credits): IEEE 802's Local Experimental
+#: EtherType 1, to a locally administered group address that no bridge takes for its own.
+ETH_P_CREDIT = 0x88B5
+CREDIT_DST_MAC = "03:00:00:00:1b:0f"
 IP_PROTO_UDP = 17
 #: The UDP destination port of RoCEv2 (IBA Annex A17).
 ROCEV2_UDP_PORT = 4791
