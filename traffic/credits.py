@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from traffic.packets import mac_bytes
 from traffic.wire import CREDIT_DST_MAC, ETH_HEADER_LEN, ETH_P_CREDIT
 
 #: IB's flow control unit: a packet costs its length in 64-byte blocks, rounded up.
@@ -100,8 +101,7 @@ def credit_frame(src_mac: str, packets: Iterable[FlowControlPacket]) -> bytes:
     if len({p.vl for p in ordered}) != len(ordered):
         raise ValueError("a credit frame carries one flow control packet a lane")
     body = b"".join(p.pack() for p in ordered)
-    frame = (bytes.fromhex(CREDIT_DST_MAC.replace(":", "")) +
-             bytes.fromhex(src_mac.replace(":", "")) + ETH_P_CREDIT.to_bytes(2, "big") + body)
+    frame = mac_bytes(CREDIT_DST_MAC) + mac_bytes(src_mac) + ETH_P_CREDIT.to_bytes(2, "big") + body
     return frame + b"\x00" * (60 - len(frame))
 
 

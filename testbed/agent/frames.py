@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 from testbed.config.constants import ETH_P_TICK, TICK_SENT_UNKNOWN
-from traffic.packets import PFC_BODY
+from traffic.packets import PFC_BODY, mac_bytes
 from traffic.wire import ETH_HEADER_LEN, ETH_P_ALL, ETH_P_MAC_CONTROL, NUM_TCS, PACKET_OUTGOING
 
 SO_ATTACH_FILTER = 26
@@ -28,7 +28,7 @@ def tick_frame(src_mac: str, port: int, tc: int, backlog: int,
     """The agent's tick for (port, class): the kernel's backlog, and the bytes the kernel has
     let go of (sent plus dropped) since the port was made, modulo 2^32 (None: unknown, the
     program then takes the backlog alone)."""
-    src = bytes.fromhex(src_mac.replace(":", ""))
+    src = mac_bytes(src_mac)
     if released is None:
         sent = TICK_SENT_UNKNOWN
     else:  # all ones is the one value that means unknown: off by a byte is safe

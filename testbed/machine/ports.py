@@ -267,11 +267,6 @@ class PortGates:
         sock = self._plug_sock
         if sock is None:  # closed
             return
-        kernel = self._kernel().get(tc)
-        if kernel is None:  # no gate to plug
-            return
-        # the plugs leave once what waits ahead of them has: the queue is a FIFO
-        _backlog, qlen, _drops, _sent_bytes, sent_packets = kernel
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, gate_parent(tc))
         header = self._plug_header
         sizes: list[int] = []
@@ -284,8 +279,14 @@ class PortGates:
                 continue
             sizes.append(size)
             self.plugs[tc] += 1
-        if sizes:
-            self._waiting[tc].append((sent_packets + qlen, sizes))
+        # Read after the sends, not before: the plugs must follow the close at once, and a
+        # netlink dump ahead of them widened the window in which data used the burst. The
+        # plugs are the last frames the FIFO took, so the first leaves at the gate's count of
+        # everything it took (sent + queued) less the plugs.
+        kernel = self._kernel().get(tc) if sizes else None
+        if kernel is not None:
+            _backlog, qlen, _drops, _sent_bytes, sent_packets = kernel
+            self._waiting[tc].append((sent_packets + qlen - len(sizes), sizes))
 
     def _unplugged(self, tc: int, backlog: int, qlen: int, sent_bytes: int,
                    sent_packets: int) -> tuple[int, int, int, int]:
@@ -295,8 +296,8 @@ class PortGates:
         class's own held packets, read as a packet the class had un-sent and as the plug's
         bytes in its queue (9,014 at a 9000-byte MTU), which a resync took for occupancy. A
         batch all gone goes into the base for good. (A packet that reaches the queue between
-        plug()'s reading and its send is taken for a plug when it leaves, until the plug
-        itself does: microseconds of window.)"""
+        plug()'s sends and its reading makes the plugs read as leaving one frame later than
+        they do: microseconds of window.)"""
         batches = self._waiting[tc]
         if not batches:
             return backlog, qlen, sent_bytes, sent_packets
