@@ -15,6 +15,10 @@ const bit<8>  IP_PROTO_TCP          = 6;
 const bit<16> UDP_PORT_ROCEV2       = 4791;
 const bit<16> ETHERTYPE_TICK        = 0x88B6;   /* IEEE local experimental: the agent's tick */
 const bit<16> ETHERTYPE_KICK        = 0x88B7;   /* the agents' kicks and plugs (testbed.machine.ports) */
+const bit<16> ETHERTYPE_CREDIT      = 0x88B5;   /* mode ib-credit's flow control packets (traffic.credits) */
+/* Where set_nexthop writes a forwarded frame's ingress port in its source MAC: byte 2
+ * (testbed.config.constants.INPUT_MAC_BYTE), which every switch port's MAC leaves zero. */
+#define INPUT_MAC_SHIFT 24
 const bit<48> PFC_DST_MAC           = 0x0180C2000001;
 const bit<16> PFC_MCAST_GROUP       = 1;        /* every port but the agent's */
 const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;

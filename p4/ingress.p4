@@ -19,9 +19,11 @@ control RoceIngress(inout headers_t hdr,
     action_selector(HashAlgorithm.crc16, 32w1024, 32w14) ecmp_selector;
 
     /* Per port, its own MAC. A frame of the agents' EtherType from it is the switch's own
-     * plug (testbed.machine.ports.plug_sizes): BMv2 reads a port's veth with a packet socket,
-     * which also sees what other sockets send out of it, so every plug the agent sends out of
-     * a port comes back here as if received. It never crossed the link: not counted. */
+     * plug (testbed.machine.ports.plug_sizes), and a frame of credits from it is the switch's
+     * own (mode ib-credit, testbed.agent.credit): BMv2 reads a port's veth with a packet
+     * socket, which also sees what other sockets send out of it, so every plug and credit
+     * frame the agent sends out of a port comes back here as if received. It never crossed
+     * the link: not counted. */
     table own_plug {
         key = { std_meta.ingress_port: exact; hdr.ethernet.src_addr: exact; }
         actions = { NoAction; }
@@ -70,9 +72,12 @@ control RoceIngress(inout headers_t hdr,
         size = 1;
     }
 
+    /* The source MAC carries the frame's ingress port (INPUT_MAC_SHIFT): in mode ib-credit
+     * the egress port's kernel queue keeps one FIFO per input by it (testbed.machine.inputs),
+     * to count what each input holds in the switch, as InfiniBand's credits count it. */
     action set_nexthop(port_t port, mac_addr_t smac, mac_addr_t dmac) {
         std_meta.egress_spec = port;
-        hdr.ethernet.src_addr = smac;
+        hdr.ethernet.src_addr = smac | (((mac_addr_t) std_meta.ingress_port) << INPUT_MAC_SHIFT);
         hdr.ethernet.dst_addr = dmac;
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
     }
@@ -94,7 +99,7 @@ control RoceIngress(inout headers_t hdr,
 
     apply {
         bit<32> in_port = (bit<32>) std_meta.ingress_port;
-        if (hdr.ethernet.ether_type == ETHERTYPE_KICK) {
+        if (hdr.ethernet.ether_type == ETHERTYPE_KICK || hdr.ethernet.ether_type == ETHERTYPE_CREDIT) {
             if (own_plug.apply().hit) {
                 mark_to_drop(std_meta);
                 exit;
@@ -131,9 +136,10 @@ control RoceIngress(inout headers_t hdr,
             }
         } else if (!hdr.ipv4.isValid()) {
             /* A neighbour's plug (testbed.machine.ports: what its closing gate sent to use
-             * up its burst) crossed the link, so rx_port counts it as the veth does; it is no
-             * fault of anyone's: dropped, and not counted as a drop. */
-            if (hdr.ethernet.ether_type == ETHERTYPE_KICK) {
+             * up its burst) or credits (its agent reads them off the link) crossed the link,
+             * so rx_port counts it as the veth does; it is no fault of anyone's: dropped, and
+             * not counted as a drop. */
+            if (hdr.ethernet.ether_type == ETHERTYPE_KICK || hdr.ethernet.ether_type == ETHERTYPE_CREDIT) {
                 mark_to_drop(std_meta);
             } else {
                 drop_with(DROP_NOT_IPV4);

@@ -23,10 +23,12 @@ DSCP_TO_TC = ((26, 3), (48, 6))
 
 
 @contextlib.contextmanager
-def port(rate_mbps: float = 10.0, buffers: int = 400_000,
-         mtu: int = 9000) -> Iterator[tuple[str, PortGates]]:
+def port(rate_mbps: float = 10.0, buffers: int = 400_000, mtu: int = 9000,
+         credited: tuple[int, ...] = (), inputs: tuple[int, ...] = ()
+         ) -> Iterator[tuple[str, PortGates]]:
     """The port at ``rate_mbps``, ``buffers`` bytes a class, its gates admitting the largest
-    frame of ``mtu``; yields the namespace's name and the port's gates."""
+    frame of ``mtu`` (the ``credited`` classes with a FIFO per input port, as mode ib-credit
+    has them); yields the namespace's name and the port's gates."""
     ns = f"rtp{uuid.uuid4().hex[:6]}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
@@ -35,7 +37,7 @@ def port(rate_mbps: float = 10.0, buffers: int = 400_000,
                     ["link", "set", "dev", "pb", "mtu", str(mtu), "up"]):
             subprocess.run(["ip", "-n", ns, *cmd], check=True)
         spec = PortSpec("pa", rate_mbps, (buffers,) * 8, DSCP_TO_TC,
-                        max_frame=max_frame_bytes(mtu))
+                        max_frame=max_frame_bytes(mtu), credited=credited, inputs=inputs)
         r = subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"],
                            input="\n".join(scheduler_commands(spec)) + "\n", text=True,
                            capture_output=True)

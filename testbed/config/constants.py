@@ -84,6 +84,35 @@ def gate_class(major: int) -> int | None:
     return tc if 0 <= tc < NUM_TCS else None
 
 
+#: Mode ib-credit (testbed.machine.inputs): under a credited class's gate, an htb of one FIFO
+#: per input port, so that the kernel counts what each input has in the switch. The htb's
+#: major is INPUT_HTB_BASE + class; (class c, input port i)'s FIFO is qdisc
+#: INPUT_FIFO_BASE + (c << 10) + i, hanging from htb class <INPUT_HTB_BASE + c>:<i>.
+INPUT_HTB_BASE = 0x30
+INPUT_FIFO_BASE = 0x1000
+#: The input "port" of frames no input's filter claims (the switch's own: plugs).
+OTHER_INPUT = 0x200
+#: The byte of a forwarded frame's source MAC where the P4 program writes its ingress port
+#: (set_nexthop), and so the largest port number it can carry.
+INPUT_MAC_BYTE = 2
+MAX_INPUT_PORT = 0xFF
+#: The same place as the P4 program's shift of the port into the 48-bit address.
+INPUT_MAC_SHIFT = 8 * (5 - INPUT_MAC_BYTE)
+
+
+def input_fifo_major(tc: int, port: int) -> int:
+    """The qdisc major of class ``tc``'s FIFO for frames that came in on ``port``."""
+    return INPUT_FIFO_BASE + (tc << 10) + port
+
+
+def input_of(major: int) -> tuple[int, int] | None:
+    """(class, input port) of an input FIFO's qdisc major, None if it is none's."""
+    rel = major - INPUT_FIFO_BASE
+    if not 0 <= rel < NUM_TCS << 10:
+        return None
+    return rel >> 10, rel & 0x3FF
+
+
 
 def port_tc_cell(port: int, tc: int) -> int:
     """The cell of (port, class) in a per-(port, class) P4 array (PORT_TC_CELLS cells)."""

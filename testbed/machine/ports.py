@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 
 from testbed.config.constants import ETH_P_KICK, gate_class, gate_major
+from testbed.machine.inputs import input_commands
 from testbed.machine.netns import inside
 from testbed.machine.qdisc_netlink import QdiscSocket, delete_request, tbf_request
 from traffic.wire import ETH_P_MAC_CONTROL, NUM_TCS
@@ -92,6 +93,10 @@ class PortSpec:
     dscp_to_tc: tuple[tuple[int, int], ...]
     default_tc: int = 0
     max_frame: int = 9014  # MTU + Ethernet header: the largest frame the gate must admit
+    #: Mode ib-credit: the credited classes, whose gates hold one FIFO per input port
+    #: (testbed.machine.inputs), and the switch's ports that may feed this one.
+    credited: tuple[int, ...] = ()
+    inputs: tuple[int, ...] = ()
 
     @property
     def rate_bps(self) -> int:
@@ -149,6 +154,8 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
                      f"{dscp << 2:#04x} 0xfc flowid {class_handle(tc)}")
     lines.append(f"filter add dev {dev} parent 1: protocol all prio 4 u32 match u32 0 0 "
                  f"flowid {default_flow}")
+    for tc in spec.credited:
+        lines += input_commands(dev, tc, spec.inputs, spec.buffers[tc], gate_burst)
     return lines
 
 

@@ -98,9 +98,18 @@ def udp_pkt(dst: str = H1, sport: int = 49152, dport: int = 4791, ttl: int = 64,
             UDP(sport=sport, dport=dport) / (b"\xab" * payload_len))
 
 
-def routed(pkt, out_port: int):
+def with_input(mac: str, in_port: int) -> str:
+    """A port's MAC with the ingress port written into byte 2, as set_nexthop leaves a
+    forwarded frame's source (testbed.machine.inputs reads it in mode ib-credit)."""
+    b = mac.split(":")
+    b[2] = f"{in_port:02x}"
+    return ":".join(b)
+
+
+def routed(pkt, out_port: int, in_port: int):
+    """What the switch sends on ``out_port`` for ``pkt`` received on ``in_port``."""
     exp = pkt.copy()
-    exp[Ether].src = SW_MAC[out_port]
+    exp[Ether].src = with_input(SW_MAC[out_port], in_port)
     exp[Ether].dst = PEER_MAC[out_port]
     exp[IP].ttl -= 1
     del exp[IP].chksum
@@ -179,12 +188,12 @@ class Forwarding(RoceSwitchTest):
     def runTest(self) -> None:
         pkt = udp_pkt()
         tu.send_packet(self, 2, pkt)
-        tu.verify_packet(self, routed(pkt, 1), 1)
+        tu.verify_packet(self, routed(pkt, 1, 2), 1)
         tu.verify_no_other_packets(self)
         # a host route beats the /24 group
         pkt = udp_pkt(dst="10.0.3.3")
         tu.send_packet(self, 1, pkt)
-        tu.verify_packet(self, routed(pkt, 2), 2)
+        tu.verify_packet(self, routed(pkt, 2, 1), 2)
         tu.verify_no_other_packets(self)
 
 
@@ -213,7 +222,7 @@ class DscpToClass(RoceSwitchTest):
             tx0 = self.counter("RoceEgress.tx_port_tc", cell(1, tc))[0]
             pkt = udp_pkt(dscp=dscp)
             tu.send_packet(self, 3, pkt)
-            tu.verify_packet(self, routed(pkt, 1), 1)
+            tu.verify_packet(self, routed(pkt, 1, 3), 1)
             assert self.counter("RoceIngress.rx_port_tc", cell(3, tc))[0] == rx0 + 1, dscp
             assert self.counter("RoceEgress.tx_port_tc", cell(1, tc))[0] == tx0 + 1, dscp
 
@@ -221,7 +230,7 @@ class DscpToClass(RoceSwitchTest):
 def ecmp_choice(test: RoceSwitchTest, sport: int) -> int:
     pkt = udp_pkt(dst=REMOTE_NET_HOST, sport=sport)
     tu.send_packet(test, 1, pkt)
-    masked = Mask(routed(pkt, ECMP_PORTS[0]))
+    masked = Mask(routed(pkt, ECMP_PORTS[0], 1))
     masked.set_do_not_care_scapy(Ether, "src")
     masked.set_do_not_care_scapy(Ether, "dst")
     idx, _ = tu.verify_packet_any_port(test, masked, list(ECMP_PORTS))
@@ -243,7 +252,7 @@ class EcmpMemberChoice(RoceSwitchTest):
             # the packet carries the MACs of the member it left on
             pkt = udp_pkt(dst=REMOTE_NET_HOST, sport=49152)
             tu.send_packet(self, 1, pkt)
-            tu.verify_packet(self, routed(pkt, first[49152]), first[49152])
+            tu.verify_packet(self, routed(pkt, first[49152], 1), first[49152])
             self.set_hash(["src_ip", "dst_ip", "ip_proto", "dst_port"])
             assert len(set(self._choices().values())) == 1
             # a different seed moves flows: the hash is per switch
@@ -266,7 +275,7 @@ class EcmpHashesTcpPorts(RoceSwitchTest):
                    IP(src="10.0.9.9", dst=REMOTE_NET_HOST, tos=(26 << 2) | 2, id=1) /
                    TCP(sport=sport, dport=18515, seq=12345, flags="PA") / (b"\xab" * 100))
             tu.send_packet(self, 1, pkt)
-            masked = Mask(routed(pkt, ECMP_PORTS[0]))
+            masked = Mask(routed(pkt, ECMP_PORTS[0], 1))
             masked.set_do_not_care_scapy(Ether, "src")
             masked.set_do_not_care_scapy(Ether, "dst")
             idx, _ = tu.verify_packet_any_port(self, masked, list(ECMP_PORTS))
@@ -284,7 +293,7 @@ class NonIpDropped(RoceSwitchTest):
         # still forwarding
         pkt = udp_pkt()
         tu.send_packet(self, 2, pkt)
-        tu.verify_packet(self, routed(pkt, 1), 1)
+        tu.verify_packet(self, routed(pkt, 1, 2), 1)
 
 
 class PlugsDroppedUnderNoReason(RoceSwitchTest):
@@ -292,21 +301,25 @@ class PlugsDroppedUnderNoReason(RoceSwitchTest):
     A neighbour's crossed the link: rx_port counts it, as the veth does, and it is dropped
     under no drop reason (it is no fault; a drop reason would flag the run). The switch's own,
     from the port's MAC, is what BMv2's packet socket saw the agent send out of the port: it
-    never arrived, so rx_port does not count it, or the hidden loss would come out negative."""
+    never arrived, so rx_port does not count it, or the hidden loss would come out negative.
+    Mode ib-credit's credit frames (traffic.credits), which the agents send out of their ports
+    as they send plugs, are told apart the same way."""
 
     def runTest(self) -> None:
         from testbed.config.constants import ETH_P_KICK, NUM_DROP_REASONS
+        from traffic.wire import CREDIT_DST_MAC, ETH_P_CREDIT
 
         cells = [2 * NUM_DROP_REASONS + r for r in range(NUM_DROP_REASONS)]
         before = [self.counter("RoceIngress.drops", c)[0] for c in cells]
         rx = self.counter("RoceIngress.rx_port", 2)[0]
-        for src, counted in ((PEER_MAC[2], 1), (SW_MAC[2], 0)):
-            plug = Ether(dst="02:02:02:02:02:02", src=src, type=ETH_P_KICK) / \
-                (b"\x00" * (9014 - 14))
-            tu.send_packet(self, 2, plug)
-            tu.verify_no_other_packets(self)
-            assert self.counter("RoceIngress.rx_port", 2)[0] == rx + counted, src
-            rx += counted
+        for etype, dst, size in ((ETH_P_KICK, "02:02:02:02:02:02", 9014),
+                                 (ETH_P_CREDIT, CREDIT_DST_MAC, 60)):
+            for src, counted in ((PEER_MAC[2], 1), (SW_MAC[2], 0)):
+                frame = Ether(dst=dst, src=src, type=etype) / (b"\x00" * (size - 14))
+                tu.send_packet(self, 2, frame)
+                tu.verify_no_other_packets(self)
+                assert self.counter("RoceIngress.rx_port", 2)[0] == rx + counted, (etype, src)
+                rx += counted
         assert [self.counter("RoceIngress.drops", c)[0] for c in cells] == before
 
 
@@ -330,7 +343,7 @@ class TruncatedPackets(RoceSwitchTest):
         self.dataplane.flush()
         pkt = udp_pkt()
         tu.send_packet(self, 2, pkt)
-        tu.verify_packet(self, routed(pkt, 1), 1)
+        tu.verify_packet(self, routed(pkt, 1, 2), 1)
         assert self.sess.client is not None and self.sess.read_counter("RoceIngress.rx_port")
 
 
@@ -442,16 +455,16 @@ class PfcGeneration(RoceSwitchTest):
             pkt = udp_pkt(dst=SLOW_NET_HOST, dscp=26, ecn=0)
             tu.send_packet(self, port, pkt)
             frames.append(expect_pfc(self, port, p.pause_quanta))
-            tu.verify_packet(self, routed(pkt, SLOW_PORT), SLOW_PORT)
+            tu.verify_packet(self, routed(pkt, SLOW_PORT, port), SLOW_PORT)
         # within the refresh interval: forwarded, no second XOFF
         pkt = udp_pkt(dst=SLOW_NET_HOST, dscp=26, ecn=0)
         tu.send_packet(self, 2, pkt)
-        tu.verify_packet(self, routed(pkt, SLOW_PORT), SLOW_PORT)
+        tu.verify_packet(self, routed(pkt, SLOW_PORT, 2), SLOW_PORT)
         tu.verify_no_other_packets(self)
         # lossy class 0 over XOFF: never pauses anyone
         pkt0 = udp_pkt(dst=SLOW_NET_HOST, dscp=0, ecn=0)
         tu.send_packet(self, 4, pkt0)
-        tu.verify_packet(self, routed(pkt0, SLOW_PORT), SLOW_PORT)
+        tu.verify_packet(self, routed(pkt0, SLOW_PORT, 4), SLOW_PORT)
         tu.verify_no_other_packets(self)
         # the queue drains under XON: XON to ports 2 and 3 only
         tu.send_packet(self, AGENT_PORT, tick(SLOW_PORT, 3, 0))
@@ -506,13 +519,13 @@ class XoffRenewalFollowsTheIngressLink(RoceSwitchTest):
         for port in (FAST_PORT, 2):
             pkt = send(port)
             expect_pfc(self, port, p.pause_quanta)
-            tu.verify_packet(self, routed(pkt, SLOW_PORT), SLOW_PORT)
+            tu.verify_packet(self, routed(pkt, SLOW_PORT, port), SLOW_PORT)
         renewal_s = pause_renewal_us(FabricConfig().qos, FAST_MBPS) / 1e6
         assert renewal_s < 0.05
         time.sleep(2 * renewal_s)  # past the fast port's renewal, far inside port 2's
         for port in (FAST_PORT, 2):
             pkt = send(port)
-            tu.verify_packet(self, routed(pkt, SLOW_PORT), SLOW_PORT)
+            tu.verify_packet(self, routed(pkt, SLOW_PORT, port), SLOW_PORT)
         expect_pfc(self, FAST_PORT, p.pause_quanta)
         tu.verify_no_other_packets(self)  # none toward port 2
 
