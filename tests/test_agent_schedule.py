@@ -58,7 +58,7 @@ class _Agent(SwitchAgent):
     def __init__(self, clock, log: list, name: str, watchdog: bool = False) -> None:
         self.clock = clock
         self.cfg = SimpleNamespace(tick_period_s=TICK, resync_period_s=RESYNC,
-                                   sample_period_s=SAMPLE)
+                                   sample_period_s=SAMPLE, credited=[], credit_period_s=TICK)
         self.watchdog = SimpleNamespace(config=SimpleNamespace(
             enabled=watchdog, polling_interval_ms=POLL * 1000))
         self.busy_until = math.inf  # under incast throughout

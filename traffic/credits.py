@@ -194,6 +194,24 @@ class XmitWait:
             self.seconds += now - self._since
             self._since = None
 
+    @property
+    def waiting(self) -> bool:
+        return self._since is not None
+
     def total(self, now: float) -> float:
         """The wait so far, the current one included."""
         return self.seconds + (now - self._since if self._since is not None else 0.0)
+
+
+def credit_left(sent_bytes: int, fccl: int | None) -> int:
+    """The bytes a port may still send of a lane: the limit less what it sent, both counted
+    as whole 64-byte blocks of running byte totals (so that the two ends, which count bytes,
+    round alike), 0 when no limit was heard or the limit lies behind."""
+    tx = CreditTransmitter(fctbs=(sent_bytes // BLOCK_BYTES) % CREDIT_MODULUS, fccl=fccl)
+    return max(tx.credit_blocks() * BLOCK_BYTES - sent_bytes % BLOCK_BYTES, 0)
+
+
+def advertised(drained_bytes: int, buffer_bytes: int) -> int:
+    """The FCCL a receiver advertises for an input whose frames have let go of
+    ``drained_bytes`` so far (a running total), with ``buffer_bytes`` of buffer."""
+    return ((drained_bytes + buffer_bytes) // BLOCK_BYTES) % CREDIT_MODULUS

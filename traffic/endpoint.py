@@ -31,7 +31,6 @@ import os
 import select
 import signal
 import socket
-import struct
 import time
 from dataclasses import asdict
 
@@ -44,6 +43,7 @@ from traffic.endpoint_config import (
     config_from_args,
 )
 from traffic.endpoint_control import ControlServer
+from traffic.endpoint_credit import CREDIT_ETHERTYPE, CreditNic
 from traffic.endpoint_pfc import STORM_INTERVAL_S, PfcPort
 from traffic.endpoint_qps import QpState, QpTable, qp_source_port
 from traffic.endpoint_telemetry import (
@@ -66,7 +66,7 @@ from traffic.packets import (
     parse_roce,
 )
 from traffic.tcp_endpoint import TcpEndpoint
-from traffic.wire import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS, ROCEV2_UDP_PORT
+from traffic.wire import ETH_P_ALL, PACKET_OUTGOING, PFC_QUANTUM_BITS, ROCEV2_UDP_PORT, SOL_PACKET
 
 __all__ = ["CNP_TC", "MESSAGE_COLUMNS", "PFC_QUANTUM_BITS", "QP_COLUMNS", "STATS_COLUMNS",
            "STORM_INTERVAL_S", "TC_TO_DSCP", "Endpoint", "EndpointConfig", "EndpointStats",
@@ -74,9 +74,7 @@ __all__ = ["CNP_TC", "MESSAGE_COLUMNS", "PFC_QUANTUM_BITS", "QP_COLUMNS", "STATS
 
 log = logging.getLogger("roce.endpoint")
 
-SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # Linux 4.20+: do not hand our own sent frames back to us
-PACKET_STATISTICS = 6  # packet(7): struct tpacket_stats {tp_packets, tp_drops}
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32  # socket(7); Python may not name them
 SOCKET_BUFFER_BYTES = 8 * 1024 * 1024
 #: A sleeping loop wakes for a QP pacer's next frame no sooner than this: at 1,000 frames/s it
@@ -93,7 +91,7 @@ HOUSEKEEPING_S = 0.01
 _INF = float("inf")
 
 
-class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
+class Endpoint(QpTable, PfcPort, CreditNic, Telemetry, ControlServer):
     """One host's RoCE NIC: its sockets, receive path, send loop and event loop, with the parts
     of the other modules (their methods and state are this object's own)."""
 
@@ -109,6 +107,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         self.np = NotificationPoint(cfg.cnp_interval_s if cfg.cnp_interval_s is not None
                                     else self.dcqcn.cnp_interval_s)
         self._init_pfc()
+        self._init_credit()
         self.nic_free_at = 0.0
         self.lateness = LatenessMeter(PACING_SLACK_S, self.stats)
         self._rr = 0
@@ -177,6 +176,8 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
 
     def _on_frame(self, frame: bytes, now: float) -> None:
         self.stats.frames_rx += 1
+        if frame[12:14] == CREDIT_ETHERTYPE:
+            return self._on_credit(frame, now)
         pfc = parse_pfc(frame)
         if pfc is not None:
             self.stats.pfc_rx += 1
@@ -258,6 +259,7 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
         if not n:
             return None
         paused_until = self.paused_until
+        credit, credit_sent, big = self.credit_left, self.credit_sent, self.credit_frame
         send = self.raw.send
         byte_s = self._byte_s
         rr = self._rr
@@ -275,11 +277,17 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
                     if req.has_work() and (soonest is None or ready < soonest):
                         soonest = ready
                     continue
+                if credit[st.tc] < big:  # mode ib-credit: a credit frame wakes the loop
+                    if req.has_work():
+                        self._credit_starved(st.tc, now)
+                    continue
                 out = req.next_frame(now)
                 if out is None:
                     continue
                 frame = out[0]
                 size = len(frame)
+                credit[st.tc] -= size
+                credit_sent[st.tc] += size
                 try:
                     send(frame)
                 except OSError as exc:  # ENOBUFS while the qdisc is full: counted, not fatal
@@ -329,13 +337,6 @@ class Endpoint(QpTable, PfcPort, Telemetry, ControlServer):
                     on_frame(frame, now)
         return True
 
-    def _count_socket_drops(self) -> None:
-        """Frames the kernel dropped at our receive buffer since the last call
-        (PACKET_STATISTICS, packet(7): reading it resets it)."""
-        with contextlib.suppress(OSError):
-            _packets, drops = struct.unpack(
-                "II", self.raw.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
-            self.stats.rx_socket_drops += drops
     def _housekeeping(self, now: float) -> float:
         """Duration flows' refills, retransmission timeouts and DCQCN's rate-increase timer;
         returns when they next need a look.

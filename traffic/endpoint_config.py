@@ -47,6 +47,8 @@ class EndpointConfig:
     transport: str = "roce"  # roce, or tcp: the flows over the host's kernel TCP
     tcp_congestion: str = "cubic"  # TCP's congestion control (tcp(7) TCP_CONGESTION)
     tcp_ecn: bool = True  # RFC 3168 ECN on the host's TCP connections
+    #: Mode ib-credit: the classes the NIC sends only on its leaf's credit (traffic.credits)
+    credited: tuple[int, ...] = ()
 
 
 def _tc_dscp_table(text: str) -> dict[int, int]:
@@ -59,6 +61,17 @@ def _tc_dscp_table(text: str) -> dict[int, int]:
     if not all(0 <= tc <= 7 and 0 <= d <= 63 for tc, d in table.items()):
         raise argparse.ArgumentTypeError(f"{text!r}: classes are 0..7, DSCPs 0..63")
     return table
+
+
+def _classes(text: str) -> tuple[int, ...]:
+    """``3`` or ``3,4``: traffic classes."""
+    try:
+        out = tuple(sorted({int(x) for x in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: classes as 3 or 3,4") from None
+    if not all(0 <= c < NUM_TCS for c in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: classes are 0..7")
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "net.ipv4.tcp_available_congestion_control)")
     ap.add_argument("--no-tcp-ecn", action="store_true",
                     help="TCP without ECN (default: RFC 3168 ECN on)")
+    ap.add_argument("--credit-classes", type=_classes, default=(),
+                    help="classes sent only on the leaf's credit (mode ib-credit), e.g. 3 or "
+                         "3,4 (qos.credit_enable)")
     ap.add_argument("--log", default="INFO")
     return ap
 
@@ -120,4 +136,4 @@ def config_from_args(a: argparse.Namespace) -> EndpointConfig:
         dcqcn_enabled=not a.no_dcqcn, dcqcn_profile=a.dcqcn_profile, t0_monotonic=a.t0,
         rto_s=local_ack_timeout_s(a.local_ack_timeout, a.line_rate_mbps * 1e6),
         retry_count=a.retry_count, transport=a.transport, tcp_congestion=a.tcp_congestion,
-        tcp_ecn=not a.no_tcp_ecn)
+        tcp_ecn=not a.no_tcp_ecn, credited=a.credit_classes)

@@ -13,6 +13,7 @@ from traffic.packets import parse_roce, pfc_frame
 from traffic.wire import NUM_TCS, PFC_MAX_QUANTA, PFC_QUANTUM_BITS
 
 if TYPE_CHECKING:
+    from traffic.credits import XmitWait
     from traffic.endpoint_config import EndpointConfig
     from traffic.endpoint_qps import QpState
     from traffic.endpoint_telemetry import EndpointStats
@@ -28,6 +29,8 @@ class PfcPort:
     cfg: EndpointConfig
     stats: EndpointStats
     qps: dict[int, QpState]
+    credit_left: list[float]  # CreditNic's
+    credit_wait: list[XmitWait]
 
     def _init_pfc(self) -> None:
         self.paused_until = [0.0] * NUM_TCS
@@ -59,21 +62,28 @@ class PfcPort:
         self.paused_until[tc] = now + quanta * PFC_QUANTUM_BITS / self.cfg.line_rate_bps
 
     def paused_seconds(self, tc: int, now: float) -> float:
+        """How long the class was held at this NIC: paused by PFC, or (mode ib-credit)
+        waiting for credit (traffic.endpoint_credit)."""
         extra = min(now, self.paused_until[tc]) - self._pause_mark[tc]
-        return self.paused_total[tc] + max(0.0, extra)
+        return self.paused_total[tc] + max(0.0, extra) + self.credit_wait[tc].total(now)
 
     def _send_ctrl(self, tc: int, frame: bytes, now: float) -> None:
-        if self.paused_until[tc] > now:
+        """An ACK or CNP: sent now, unless its class is paused or (mode ib-credit) short of
+        credit, or frames of its class wait already."""
+        if self.paused_until[tc] > now or self.credit_left[tc] < len(frame) or self.ctrl_q[tc]:
             self.ctrl_q[tc].append(frame)
             self._ctrl_queued += 1
         else:
             self._send(frame, now)
+            self._credit_used(tc, len(frame))
 
     def _flush_ctrl(self, now: float) -> None:
         for tc in range(NUM_TCS):
             q = self.ctrl_q[tc]
-            while q and self.paused_until[tc] <= now:
-                self._send(q.popleft(), now)
+            while q and self.paused_until[tc] <= now and self.credit_left[tc] >= len(q[0]):
+                frame = q.popleft()
+                self._send(frame, now)
+                self._credit_used(tc, len(frame))
                 self._ctrl_queued -= 1
 
     # -- faults -------------------------------------------------------------------------

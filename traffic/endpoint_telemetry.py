@@ -5,12 +5,16 @@ row per QP per sample, :data:`QP_COLUMNS`) and ``messages.csv`` (one row per com
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import struct
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from traffic.packets import REJECT_REASONS
-from traffic.wire import NUM_TCS
+from traffic.wire import NUM_TCS, SOL_PACKET
+
+PACKET_STATISTICS = 6  # packet(7): struct tpacket_stats {tp_packets, tp_drops}
 
 if TYPE_CHECKING:
     from traffic.endpoint_config import EndpointConfig
@@ -73,6 +77,8 @@ STATS_COLUMNS = [
     ("pfc_rx_by_class", "PFC frames received, per class (a frame counts once in each class it "
                         "names, pause or resume): the tester's counter beside the switch's"),
     ("pfc_tx_by_class", "PFC frames sent, per class"),
+    ("credit_rx", "credit frames received from the leaf (mode ib-credit: each carries the "
+                  "limit up to which the NIC may send each credited class)"),
     ("cnps_sent", "CNPs sent"),
     ("cnps_received", "CNPs received"),
     ("rx_dropped", "data frames a slow receiver dropped because its queue was full"),
@@ -104,6 +110,7 @@ class EndpointStats:
     pfc_tx: int = 0
     pfc_rx_by_class: list[int] = field(default_factory=lambda: [0] * NUM_TCS)
     pfc_tx_by_class: list[int] = field(default_factory=lambda: [0] * NUM_TCS)
+    credit_rx: int = 0
     cnps_sent: int = 0
     cnps_received: int = 0
     rx_dropped: int = 0
@@ -124,7 +131,16 @@ class Telemetry:
     stats: EndpointStats
     qps: dict[int, QpState]
     paused_until: list[float]
+    credit_wait: list  # traffic.endpoint_credit: per class, its XmitWait
     fault: dict
+
+    def _count_socket_drops(self) -> None:
+        """Frames the kernel dropped at our receive buffer since the last call
+        (PACKET_STATISTICS, packet(7): reading it resets it)."""
+        with contextlib.suppress(OSError):
+            _packets, drops = struct.unpack(
+                "II", self.raw.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+            self.stats.rx_socket_drops += drops
 
     def _open_telemetry(self) -> None:
         self._next_sample = 0.0
@@ -201,5 +217,6 @@ class Telemetry:
                          epsn=st.responder.epsn)
             qps[str(st.qpn)] = d
         return {"t_s": now, "stats": asdict(self.stats), "qps": qps, "fault": self.fault,
-                "paused": [self.paused_until[c] > now for c in range(NUM_TCS)],
+                "paused": [self.paused_until[c] > now or self.credit_wait[c].waiting
+                           for c in range(NUM_TCS)],
                 "paused_s": [self.paused_seconds(c, now) for c in range(NUM_TCS)]}

@@ -39,6 +39,8 @@ ROCEV2_UDP_PORT = 4791
 ETH_P_ALL = 0x0003
 #: Linux: a packet socket's address says this of a frame the host itself sent (packet(7)).
 PACKET_OUTGOING = 4
+#: packet(7)'s socket option level.
+SOL_PACKET = 263
 
 #: Header sizes on the wire, in bytes: Ethernet (no VLAN tag), IPv4 (no options), UDP.
 ETH_HEADER_LEN = 14
@@ -51,6 +53,9 @@ BTH_LEN = 12
 RETH_LEN = 16
 AETH_LEN = 4
 ICRC_LEN = 4
+#: A RoCEv2 data packet's headers inside the interface MTU: IPv4, UDP, BTH, RETH (the first
+#: packet of an RDMA WRITE carries it; the largest data packet) and ICRC.
+ROCE_PACKET_OVERHEAD = IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + RETH_LEN + ICRC_LEN
 
 #: The DSCPs RoCE traffic is marked with by default (NVIDIA's "roce lossless" defaults, which
 #: SONiC's too): data on 26, CNPs on 48 (/sys/class/net/<if>/ecn/roce_np/cnp_dscp). A fabric's

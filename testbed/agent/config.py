@@ -19,6 +19,10 @@ class AgentPort:
     ifname: str
     rate_mbps: float
     buffers: list[int]
+    #: Mode ib-credit: the receive buffer of each credited class for frames that come in on
+    #: this port, and whether the neighbour is a switch (its credit gates this port's sends).
+    credit_buffer: int = 0
+    gated: bool = False
 
 
 @dataclass
@@ -50,6 +54,11 @@ class AgentConfig:
     #: the lossless ones and the classes with a phantom above them. The fabric always writes
     #: it (agent_config).
     resynced: list[int] = field(kw_only=True)
+    #: Mode ib-credit (testbed.agent.credit): the credited classes, how often the ports send
+    #: their flow control packets, and the largest frame such a class carries.
+    credited: list[int] = field(default_factory=list, kw_only=True)
+    credit_period_s: float = field(default=0.01, kw_only=True)
+    credit_frame: int = field(default=0, kw_only=True)
 
     @property
     def resync_classes(self) -> list[int]:
@@ -72,7 +81,8 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
                  watchdog=None, state_file: Path | None = None,
                  thrift_port: int | None = None, t0_monotonic: float | None = None,
                  nice: int = 0, resync_period_s: float = 0.05,
-                 realtime_priority: int = 0, netns: str | None = None) -> dict:
+                 realtime_priority: int = 0, netns: str | None = None,
+                 credit_frame: int = 0) -> dict:
     wd = None
     if watchdog is not None:
         wd = watchdog.model_dump()
@@ -86,4 +96,5 @@ def agent_config(switch: str, ports: list[AgentPort], qos, tick_ifname: str, tic
         max_frame=max_frame, watchdog=wd, state_file=str(state_file) if state_file else None,
         thrift_port=thrift_port, t0_monotonic=t0_monotonic, nice=nice,
         resync_period_s=resync_period_s, realtime_priority=realtime_priority, netns=netns,
-        resynced=resynced_classes(qos)))
+        resynced=resynced_classes(qos), credited=list(qos.credit_enable),
+        credit_period_s=qos.credit.period_ms / 1000, credit_frame=credit_frame))

@@ -11,12 +11,20 @@ from collections.abc import Iterator
 
 from testbed.config.constants import ETH_P_TICK, TICK_SENT_UNKNOWN
 from traffic.packets import PFC_BODY, mac_bytes
-from traffic.wire import ETH_HEADER_LEN, ETH_P_ALL, ETH_P_MAC_CONTROL, NUM_TCS, PACKET_OUTGOING
+from traffic.wire import (
+    ETH_HEADER_LEN,
+    ETH_P_ALL,
+    ETH_P_CREDIT,
+    ETH_P_MAC_CONTROL,
+    NUM_TCS,
+    PACKET_OUTGOING,
+)
 
 SO_ATTACH_FILTER = 26
-#: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808, drop the rest.
-PFC_BPF = [(0x28, 0, 0, 12), (0x15, 0, 1, ETH_P_MAC_CONTROL), (0x06, 0, 0, 0xFFFF),
-           (0x06, 0, 0, 0)]
+#: Classic BPF: keep a frame whose EtherType (offset 12) is 0x8808 (PFC) or 0x88B5 (mode
+#: ib-credit's flow control packets, traffic.credits), drop the rest.
+PFC_BPF = [(0x28, 0, 0, 12), (0x15, 1, 0, ETH_P_MAC_CONTROL), (0x15, 0, 1, ETH_P_CREDIT),
+           (0x06, 0, 0, 0xFFFF), (0x06, 0, 0, 0)]
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 #: A tick's body after the EtherType (tick_h): port, class, backlog, sent.
 TICK_BODY = struct.Struct("!HBII")

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.agent.config import AgentConfig
+from testbed.agent.credit import CreditMixin
 from testbed.agent.frames import pfc_cause, pfc_socket, receive
 from testbed.agent.pause import PauseMixin, PortRuntime
 from testbed.agent.registers import P4Registers, RegisterReader
@@ -26,11 +27,12 @@ from testbed.machine.netns import inside
 from testbed.machine.ports import PortGates
 from testbed.machine.tcstats import QdiscReader
 from testbed.results.telemetry import events_writer, telemetry_writer
+from traffic.credits import parse_credit_frame
 from traffic.packets import parse_pfc
 from traffic.wire import NUM_TCS
 
 
-class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
+class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin, CreditMixin):
     def __init__(self, cfg: AgentConfig, clock=time.monotonic) -> None:
         self.cfg = cfg
         self.clock = clock
@@ -58,6 +60,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         # Thrift connects on first use, perhaps after the thread has left the namespace
         self.p4 = P4Registers(cfg.thrift_port, cfg.switch, cfg.netns)  # the watchdog's writes
         self.registers = RegisterReader(cfg.thrift_port, cfg.switch, cfg.netns)  # its reads
+        self.credit_setup()  # mode ib-credit: the credited gates start closed
 
     def now(self) -> float:
         return self.clock() - self.t0
@@ -79,6 +82,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         self.resyncs = Periodic.starting(start, cfg.resync_period_s)
         self.samples = Periodic.starting(start, cfg.sample_period_s)
         self.polls = Periodic.starting(start, self.watchdog.config.polling_interval_ms / 1000)
+        self.credits = Periodic.starting(anchor, cfg.credit_period_s)
 
     def sockets(self) -> list:
         return list(self.by_sock)
@@ -111,7 +115,12 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
             self.watchdog_poll(backlogs)
             self.polls.ran(soon)
         self.expire()
+        if self.cfg.credited and self.credits.due(soon):
+            self.credit_tick()
+            self.credits.ran(soon)
         wake = self.samples.next
+        if self.cfg.credited:
+            wake = min(wake, self.credits.next)
         if now < self.busy_until:
             # a timer tick does something only while a pause of ours stands (timer_tick); with
             # none, the next tick that does anything is the next resync
@@ -127,6 +136,12 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
         """A socket of ours is readable: PFC frames came or left."""
         pr = self.by_sock[s]
         for data, t_kernel, outgoing in receive(s):
+            if self.cfg.credited:
+                credits = parse_credit_frame(data)
+                if credits is not None:
+                    if not outgoing:
+                        self.on_credit(pr, credits)
+                    continue
             classes = parse_pfc(data)
             if outgoing:  # our switch paused or resumed a neighbour
                 if classes:
@@ -149,6 +164,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin):
                     pr.gates.open(tc)
         self.telemetry_log.close()
         self.event_log.close()
+        self.credit_close()
         # At once: closing a packet socket waits out an RCU grace period (packet(7)'s release
         # calls synchronize_net()), 7-23 ms each here, and a leaf has nine (a PFC and a kick
         # socket a port, and the tick's): 130 ms of a teardown one after another. close()

@@ -52,6 +52,7 @@ class TelemetryMixin:
     busy_until: float
     #: Per (port, class): until when (clock) the last XOFF our switch sent there holds.
     xoff_until: dict[tuple[int, int], float]
+    credit_waiting: Callable[[int, int, float], tuple[bool, float] | None]  # CreditMixin's
 
     @cached_property
     def _resynced_majors(self) -> frozenset[int]:
@@ -202,13 +203,18 @@ class TelemetryMixin:
                 if st is None:
                     continue
                 ps = pr.pause[tc]
-                paused_s = ps.total + (now - ps.since if ps.until else 0.0)
+                paused, paused_s = bool(ps.until), ps.total + (now - ps.since if ps.until
+                                                               else 0.0)
+                # a credited class is held for want of credit (IB's PortXmitWait) instead
+                waiting = self.credit_waiting(n, tc, now)
+                if waiting is not None:
+                    paused, paused_s = waiting
                 drift, held, below, peak = views.get((n, tc), (None, None, None, None))
                 wd = (self.watchdog.dropped_total(n, tc, st.drops) if tc in self.cfg.lossless
                       else None)
                 self.telemetry_log.write(TelemetryRow(
                     t_s, self.cfg.switch, n, tc, st.backlog_bytes, st.backlog_packets, st.drops,
-                    st.sent_bytes, st.sent_packets, bool(ps.until), ps.frames, paused_s,
+                    st.sent_bytes, st.sent_packets, paused, ps.frames, paused_s,
                     drift, held, below, peak, lag, wd, answer))
         self.telemetry_log.flush()
         return backlogs

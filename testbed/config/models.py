@@ -24,6 +24,7 @@ from testbed.config.base import ConfigError as ConfigError  # re-exported: calle
 from testbed.config.base import _refuse, _Strict
 from testbed.config.bmv2_build import BuildChoice
 from testbed.config.constants import PFC_PORT_BITMAP_BITS
+from testbed.config.credit import CreditConfig as CreditConfig  # re-exported
 from testbed.config.fidelity import FidelityConfig as FidelityConfig  # re-exported
 from testbed.config.phantoms import too_many_levels
 from traffic.names import NAME_PATTERN
@@ -317,6 +318,11 @@ class QosConfig(_Strict):
         default_factory=lambda: {3: EcnProfile()},
         description="WRED/ECN profile per class; classes not listed are never marked.")
     pfc: PfcConfig = Field(default_factory=PfcConfig)
+    credit_enable: list[int] = Field(
+        default_factory=list, description="Classes under InfiniBand-style credit flow control "
+        "(set by mode ib-credit): a port sends them only while the next hop has room. Empty: "
+        "none.")
+    credit: CreditConfig = Field(default_factory=CreditConfig)
 
     @field_validator("dscp_to_tc_map")
     @classmethod
@@ -329,7 +335,7 @@ class QosConfig(_Strict):
             )
         return v
 
-    @field_validator("pfc_enable")
+    @field_validator("pfc_enable", "credit_enable")
     @classmethod
     def _classes(cls, v: list[int]) -> list[int]:
         bad = [c for c in v if not 0 <= c < NUM_TCS]
@@ -357,6 +363,12 @@ class QosConfig(_Strict):
                 f"class {tc} carries CNPs ({how}) and must never be paused: leave class {tc} "
                 "out, or map cnp_dscp to a lossy class in qos.dscp_to_tc_map"),
                 self.pfc_enable)])
+        both = sorted(set(self.pfc_enable) & set(self.credit_enable))
+        if both:
+            _refuse("QosConfig", [(("credit_enable",), (
+                f"classes {both} are both paused by PFC and credited: a class has one flow "
+                "control; use mode ib-credit (credits) or roce-lossless (PFC)"),
+                self.credit_enable)])
         problem = too_many_levels(self)
         if problem:
             _refuse("QosConfig", [(("pfc_enable",), problem, self.pfc_enable)])

@@ -30,7 +30,12 @@ from testbed.machine.state import RunState
 from testbed.results.files import AGENT_LOG_SUFFIX, AGENTS_LOG_FILE, TELEMETRY_DIR
 from testbed.results.telemetry import events_path, pfcwd_path
 from testbed.topology.graph import Topology, intf_name
-from testbed.topology.qos import max_frame_bytes, port_specs
+from testbed.topology.qos import (
+    credit_buffer_bytes,
+    max_frame_bytes,
+    port_specs,
+    roce_frame_bytes,
+)
 
 #: How long the agents together may take to become ready.
 READY_TIMEOUT_S = 20
@@ -80,8 +85,11 @@ class AgentPool:
         """What the agent of ``switch`` is told (testbed.agent.AgentConfig, as a dict)."""
         sw = self.topo.switch(switch)
         a = self.cfg.agent
+        q, mtu = self.cfg.qos, self.topo.mtu
         ports = [AgentPort(spec_port.number, intf_name(sw.name, spec_port.number),
-                           spec_port.rate_mbps, list(spec.buffers))
+                           spec_port.rate_mbps, list(spec.buffers),
+                           credit_buffer_bytes(q, spec_port.rate_mbps, mtu) if q.credit_enable
+                           else 0, bool(q.credit_enable) and spec_port.peer_port != 0)
                  for spec_port, spec in zip(sw.ports.values(),
                                             port_specs(self.cfg, self.topo, sw.name), strict=True)]
         return agent_config(sw.name, ports, self.cfg.qos, tick_intfs(sw.name)[1],
@@ -89,7 +97,8 @@ class AgentPool:
                             max_frame_bytes(self.topo.mtu), a.pfc_watchdog,
                             pfcwd_path(self.runtime_dir, sw.name),
                             self.cfg.switch.thrift_port, self.t0, a.nice,
-                            a.resync_period_ms / 1000, a.realtime_priority, netns)
+                            a.resync_period_ms / 1000, a.realtime_priority, netns,
+                            roce_frame_bytes(mtu))
 
     @property
     def running(self) -> bool:

@@ -97,6 +97,7 @@ class PortSpec:
     #: (testbed.machine.inputs), and the switch's ports that may feed this one.
     credited: tuple[int, ...] = ()
     inputs: tuple[int, ...] = ()
+    input_limit: int = 0  # bytes each input's FIFO holds (0: the class buffer)
 
     @property
     def rate_bps(self) -> int:
@@ -155,7 +156,8 @@ def scheduler_commands(spec: PortSpec) -> list[str]:
     lines.append(f"filter add dev {dev} parent 1: protocol all prio 4 u32 match u32 0 0 "
                  f"flowid {default_flow}")
     for tc in spec.credited:
-        lines += input_commands(dev, tc, spec.inputs, spec.buffers[tc], gate_burst)
+        lines += input_commands(dev, tc, spec.inputs, spec.input_limit or spec.buffers[tc],
+                                gate_burst)
     return lines
 
 
@@ -363,6 +365,16 @@ class PortGates:
         """Back to the normal open gate with the class buffer."""
         self._gate("replace", tc)
         self.closed[tc] = False
+        self.kick()
+
+    def grant(self, tc: int, burst: int) -> None:
+        """Mode ib-credit: the closed gate may send ``burst`` bytes more (a change refills tbf's
+        bucket to the burst; a frame the bucket does not cover is held, one over the burst
+        dropped at enqueue: the burst is at least the class's largest frame)."""
+        self._request(tbf_request("change", self.ifindex, gate_parent(tc), gate_handle(tc),
+                                  CLOSED_RATE_BPS, burst, self.spec.buffers[tc]),
+                      f"qdisc change of the class {tc} gate")
+        self.closed[tc] = True
         self.kick()
 
     def close(self, tc: int) -> None:

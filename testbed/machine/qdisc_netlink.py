@@ -78,8 +78,12 @@ def tbf_options(rate_bps: int, burst: int, limit: int) -> bytes:
         cell_log += 1
     # struct tc_ratespec: cell_log, linklayer, overhead, cell_align, mpu, rate
     ratespec = struct.pack("BBHhHI", cell_log, TC_LINKLAYER_ETHERNET, 0, -1, 0, rate)
-    # struct tc_tbf_qopt: rate, peakrate (none), limit, buffer (ticks), mtu (none)
-    qopt = ratespec + bytes(12) + struct.pack("III", limit, xmit_ticks(rate, burst), 0)
+    # struct tc_tbf_qopt: rate, peakrate (none), limit, buffer (ticks), mtu (none). The
+    # kernel takes the burst from TCA_TBF_BURST, in bytes, where buffer's 32 bits of ticks end
+    # at 274 s of the rate (34 KB at a closed gate's 1 kbit/s, less than a credit grant):
+    # buffer is clamped, as tc would fail to say it.
+    ticks = min(xmit_ticks(rate, burst), 0xFFFFFFFF)
+    qopt = ratespec + bytes(12) + struct.pack("III", limit, ticks, 0)
     rtab = struct.pack("256I", *(xmit_ticks(rate, (i + 1) << cell_log) for i in range(256)))
     return _attr(TCA_OPTIONS, _attr(TCA_TBF_PARMS, qopt)
                  + _attr(TCA_TBF_BURST, struct.pack("I", burst)) + _attr(TCA_TBF_RTAB, rtab))

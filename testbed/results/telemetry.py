@@ -47,9 +47,11 @@ TELEMETRY_COLUMNS = [
     ("drops", "packets the kernel queue dropped so far (buffer full)"),
     ("sent_bytes", "bytes the queue has sent so far"),
     ("sent_packets", "packets the queue has sent so far"),
-    ("paused", "1 while the class is paused by PFC from the peer"),
+    ("paused", "1 while the class is paused by PFC from the peer, or (a credited class, mode "
+                "ib-credit) holds a frame its credit does not cover"),
     ("pfc_rx", "PFC frames received for this class so far"),
-    ("paused_s", "seconds paused so far"),
+    ("paused_s", "seconds paused so far (a credited class: waiting for credit, IB's "
+                 "PortXmitWait)"),
     ("phantom_drift_bytes", "lossless classes: the P4 phantom queue, drained since the last "
                             "resync, minus the occupancy the resync found (bytes admitted "
                             "minus what the kernel let go of); negative: the phantom had "

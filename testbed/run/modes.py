@@ -24,11 +24,9 @@ from typing import Any
 from traffic.wire import LOCAL_ACK_TIMEOUT, RETRY_COUNT
 
 #: The modes a scenario can run in.
-MODES = ("roce-lossless", "roce-lossy", "tcp")
+MODES = ("roce-lossless", "roce-lossy", "tcp", "ib-credit")
 #: Modes with a name but not built: why, for the refusal.
-NOT_BUILT = {
-    "ib-credit": "InfiniBand-style credit flow control is not built yet",
-}
+NOT_BUILT: dict[str, str] = {}
 #: What a RoCE QP has and a TCP connection has not: refused in mode tcp.
 ROCE_ONLY_ENDPOINT = {"local_ack_timeout": LOCAL_ACK_TIMEOUT, "retry_count": RETRY_COUNT,
                       "dcqcn_profile": None}  # each with the value it has when left out
@@ -38,6 +36,10 @@ ROCE_ONLY_FLOW = ("udp_sport", "ack_tc")
 def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The scenario's data with its mode's settings filled in, and what contradicts it."""
     mode = data.get("mode")
+    qos_in = data.get("qos") if isinstance(data.get("qos"), dict) else {}
+    if mode != "ib-credit" and qos_in.get("credit_enable"):
+        return data, [f"qos.credit_enable: {qos_in['credit_enable']} is mode ib-credit's: "
+                      "write mode: ib-credit (it sets the credited classes), not the field"]
     if mode is None:
         ep = data.get("endpoints")
         if isinstance(ep, dict) and ep.get("transport") == "tcp":
@@ -45,7 +47,8 @@ def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                           "implies (no PFC, no DCQCN): write mode: tcp instead"]
         return data, []
     if mode in NOT_BUILT:
-        return data, [f"mode: {mode}: {NOT_BUILT[mode]}; use {' or '.join(MODES)}"]
+        built = [m for m in MODES if m not in NOT_BUILT]
+        return data, [f"mode: {mode}: {NOT_BUILT[mode]}; use {' or '.join(built)}"]
     if mode not in MODES:
         return data, [f"mode: {mode!r} is not a fabric mode; use {' or '.join(MODES)}"]
     out = copy.deepcopy(data)
@@ -74,6 +77,8 @@ def apply_mode(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                             f"{mode}; leave it out (the mode turns PFC off) or use "
                             "mode roce-lossless")
         qos.setdefault("pfc_enable", [])
+    if mode == "ib-credit":
+        problems += _credit_problems(qos)
     if mode == "tcp":
         problems += _tcp_problems(out, endpoints)
         out["endpoints"] = {**endpoints, "transport": "tcp", "dcqcn": False}
@@ -99,3 +104,17 @@ def _tcp_problems(data: dict[str, Any], endpoints: dict[str, Any]) -> list[str]:
                  for i, f in enumerate(faults) if isinstance(f, dict)
                  and f.get("mode") not in (None, "none")]
     return problems
+
+
+def _credit_problems(qos: dict[str, Any]) -> list[str]:
+    """Mode ib-credit: the classes PFC would keep lossless are credited instead (the RoCE
+    class, or the profile's lossless classes); a credited class is written by the mode."""
+    from testbed.config.models import QOS_PROFILES
+
+    if "credit_enable" in qos:
+        return ["qos.credit_enable: mode ib-credit sets it (the classes qos.pfc_enable would "
+                "have made lossless): leave it out"]
+    profile = QOS_PROFILES.get(qos.get("profile"), {}) if isinstance(qos.get("profile"),
+                                                                     str) else {}
+    qos["credit_enable"] = list(profile.get("pfc_enable", [3]))
+    return []

@@ -189,10 +189,11 @@ class EndpointOptions(BaseModel):
 
 class ScenarioExtras(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    mode: Literal["roce-lossless", "roce-lossy", "tcp"] | None = Field(
+    mode: Literal["roce-lossless", "roce-lossy", "tcp", "ib-credit"] | None = Field(
         None, description="How the fabric carries the flows (testbed.run.modes): "
-        "roce-lossless (PFC + ECN + DCQCN), roce-lossy (no PFC) or tcp (the hosts' kernel "
-        "TCP, no PFC); unset: as the qos and endpoints sections say.")
+        "roce-lossless (PFC + ECN + DCQCN), roce-lossy (no PFC), tcp (the hosts' kernel "
+        "TCP, no PFC) or ib-credit (InfiniBand-style credits per hop instead of PFC); unset: "
+        "as the qos and endpoints sections say.")
     duration_s: float = Field(10.0, gt=0, le=3600)
     settle_s: float = Field(2.0, ge=0, le=600)
     sample_period_s: float = Field(0.5, ge=0.05, le=60)

@@ -11,26 +11,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from testbed.config.credit import MAX_CREDIT_BUFFER_BYTES
 from testbed.config.models import FabricConfig, FabricShape, QosConfig
 from testbed.config.phantoms import phantom_classes
 from testbed.machine.ports import PortSpec, gate_burst_bytes
 from testbed.topology.graph import Topology, intf_name
 from traffic.wire import (
-    BTH_LEN,
     ETH_HEADER_LEN,
-    ICRC_LEN,
-    IPV4_HEADER_LEN,
     NUM_TCS,
     PFC_QUANTUM_BITS,
-    RETH_LEN,
-    UDP_HEADER_LEN,
+    ROCE_PACKET_OVERHEAD,
 )
 
 #: The interface MTU of a config that does not name one: FabricShape's default, one definition.
 DEFAULT_MTU: int = FabricShape.model_fields["mtu"].default
-#: A RoCEv2 data packet's headers inside the interface MTU: IPv4, UDP, BTH, RETH (the first
-#: packet of an RDMA WRITE carries it; the largest data packet) and ICRC (traffic.wire's sizes).
-ROCE_PACKET_OVERHEAD = IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + RETH_LEN + ICRC_LEN
 #: The path MTUs an RDMA NIC can use (IBTA: 256..4096 bytes of payload per packet).
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 
@@ -187,11 +181,14 @@ def check_qos(cfg: FabricConfig) -> list[str]:
 def endpoint_args(cfg: FabricConfig) -> list[str]:
     """What a host's NIC must know of the fabric, as traffic.endpoint arguments: the RoCE path
     MTU its interface carries, the DSCP of each class (as the switches classify it) and of
-    CNPs, and the CNP's class (which the NIC's own PFC pause must hold back)."""
+    CNPs, the CNP's class (which the NIC's own PFC pause must hold back), and in mode
+    ib-credit the classes it sends only on its leaf's credit."""
     q = cfg.qos
     table = ",".join(f"{tc}={dscp}" for tc, dscp in sorted(q.tc_to_dscp().items()))
+    credited = ["--credit-classes", ",".join(map(str, q.credit_enable))] \
+        if q.credit_enable else []
     return ["--mtu", str(roce_mtu(cfg.fabric.mtu)), "--tc-dscp", table,
-            "--cnp-dscp", str(q.cnp_dscp), "--cnp-tc", str(q.cnp_tc)]
+            "--cnp-dscp", str(q.cnp_dscp), "--cnp-tc", str(q.cnp_tc), *credited]
 
 
 # -- a fabric's switch ports ------------------------------------------------------------------
@@ -204,13 +201,33 @@ def switch_queue_profiles(cfg: FabricConfig, topo: Topology, switch: str,
 
 
 def port_specs(cfg: FabricConfig, topo: Topology, switch: str) -> list[PortSpec]:
-    """Each port of the switch in the kernel: its rate, the class buffers, the DSCP map."""
+    """Each port of the switch in the kernel: its rate, the class buffers, the DSCP map, and
+    in mode ib-credit the credited classes' FIFOs per input port (every port of the switch may
+    feed every other, and itself on a bounce route), each of the largest credit buffer among
+    the switch's links plus the emulation's slack, as PFC's lossless queues have it."""
     q = cfg.qos
+    ports = topo.switch(switch).ports
+    inputs = tuple(sorted(ports)) if q.credit_enable else ()
+    input_limit = max((credit_buffer_bytes(q, p.rate_mbps, topo.mtu)
+                       + int(p.rate_mbps / 8 * q.pfc.emulation_slack_ms * 1000)
+                       for p in ports.values()), default=0) if inputs else 0
     return [PortSpec(intf_name(switch, p.number), p.rate_mbps,
                      tuple(prof.kernel_limit for prof in
                            switch_queue_profiles(cfg, topo, switch, p.rate_mbps).values()),
-                     tuple(q.dscp_to_tc_map.items()), q.default_tc, max_frame_bytes(topo.mtu))
-            for p in topo.switch(switch).ports.values()]
+                     tuple(q.dscp_to_tc_map.items()), q.default_tc, max_frame_bytes(topo.mtu),
+                     credited=tuple(q.credit_enable), inputs=inputs, input_limit=input_limit)
+            for p in ports.values()]
+
+
+def credit_buffer_bytes(qos: QosConfig, rate_mbps: float, mtu: int = DEFAULT_MTU) -> int:
+    """Mode ib-credit's receive buffer per (input port, credited class) on a link of this
+    rate: qos.credit.buffer_bytes, else what a PFC switch keeps for one ingress port of its
+    lossless class (XOFF + headroom), at most what a credit limit reaches ahead."""
+    if qos.credit.buffer_bytes is not None:
+        return qos.credit.buffer_bytes
+    tc = min(qos.credit_enable, default=3)
+    prof = queue_profiles(qos, rate_mbps, mtu=mtu)[tc]
+    return min(prof.xoff + prof.headroom, MAX_CREDIT_BUFFER_BYTES)
 
 
 def lossless_buffers(cfg: FabricConfig, topo: Topology) -> dict[tuple[str, int, int], int]:
