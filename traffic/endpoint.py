@@ -116,6 +116,7 @@ class Endpoint(QpTable, PfcPort, CreditNic, Telemetry, ControlServer):
         self._byte_s = 8 / cfg.line_rate_bps  # NIC seconds per byte
         self._open_telemetry()
         self._open_sockets()
+        self._credit_hello()
 
     # -- sockets ------------------------------------------------------------------------
     def _open_sockets(self) -> None:

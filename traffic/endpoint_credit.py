@@ -12,9 +12,17 @@ one comparison a frame."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from traffic.credits import XmitWait, credit_left, parse_credit_frame
+from traffic.credits import (
+    MAX_CREDIT_BLOCKS,
+    FlowControlPacket,
+    XmitWait,
+    credit_frame,
+    credit_left,
+    parse_credit_frame,
+)
 from traffic.wire import ETH_P_CREDIT, NUM_TCS, ROCE_PACKET_OVERHEAD
 
 if TYPE_CHECKING:
@@ -33,6 +41,7 @@ class CreditNic:
 
     cfg: EndpointConfig
     stats: EndpointStats
+    _send: Callable[[bytes], None]  # the endpoint's
 
     def _init_credit(self) -> None:
         inf = float("inf")
@@ -45,6 +54,16 @@ class CreditNic:
             self.credit_left[tc] = 0.0  # nothing until the leaf's first limit
         #: the largest frame the NIC sends: a class sends only with credit for one
         self.credit_frame = self.cfg.mtu + ROCE_PACKET_OVERHEAD + _ETH
+
+    def _credit_hello(self) -> None:
+        """The NIC's own flow control packets, once its socket is open: its FCTBS (nothing
+        sent yet) and room for anything (a host takes every frame as it comes, so its leaf's
+        port toward it is not gated). Its leaf answers with its limits, which the NIC may
+        have missed if the leaf's agent spoke before the NIC was up."""
+        if self.cfg.credited:
+            self._send(credit_frame(self.cfg.mac, [
+                FlowControlPacket(vl=tc, fctbs=0, fccl=MAX_CREDIT_BLOCKS)
+                for tc in self.cfg.credited]))
 
     def _on_credit(self, frame: bytes, now: float) -> None:
         """The leaf's flow control packets: a new limit for each credited class."""

@@ -2,12 +2,16 @@
 credit its neighbours advertised (InfiniBand's link-level flow control, IBA vol. 1, 7.9, whose
 arithmetic is :mod:`traffic.credits`).
 
-* **Receiving.** Every credit period, each port sends its neighbour one flow control packet a
-  credited class: the limit (FCCL) up to which the neighbour may send, which is what the
-  frames that came in on the port have let go of in this switch (the sum of its input FIFOs'
-  sent bytes over every port, :mod:`testbed.machine.inputs`) plus the input's buffer; and the
-  port's own FCTBS, what its gate has sent of the class. Both count bytes in 64-byte blocks
-  of running totals, so that sender and receiver round alike.
+* **Receiving.** Every credit period, each port whose books moved sends its neighbour one
+  flow control packet a credited class: the limit (FCCL) up to which the neighbour may send,
+  which is what the frames that came in on the port have let go of in this switch (the sum of
+  its input FIFOs' sent bytes over every port, :mod:`testbed.machine.inputs`) plus the input's
+  buffer; and the port's own FCTBS, what its gate has sent of the class. Both count bytes in
+  64-byte blocks of running totals, so that sender and receiver round alike. A port says
+  nothing new at rest (an IB port refreshes its flow control packets periodically too; here
+  a frame a period on every idle port would cross the reading of the counters at the run's
+  end, which compares what each veth received with what BMv2 saw), and says it all again
+  when it first hears its neighbour, whose agent may have started after its first frame.
 * **Sending.** On a port whose neighbour is a switch, a credited class's gate starts closed,
   and a neighbour's limit is granted by changing the gate to a burst of the credit left
   (limit - sent): tbf refills its bucket to the burst on a change and counts it down as
@@ -70,6 +74,10 @@ class CreditMixin:
         cfg = self.cfg
         self.lanes: dict[tuple[int, int], CreditLane] = {}
         self.credit_socks: dict[int, tuple[socket.socket, str]] = {}
+        #: per port: the flow control packets it last sent (sent again only when they
+        #: change), and the ports whose neighbour has been heard from
+        self.credit_said: dict[int, list[FlowControlPacket]] = {}
+        self.credit_heard: set[int] = set()
         if not cfg.credited:
             return
         for n, pr in self.ports.items():
@@ -107,17 +115,24 @@ class CreditMixin:
                 lane = self.lanes.get((n, tc))
                 if lane is not None:
                     self._grant(pr, tc, lane, sent, st.backlog_bytes if st else 0, now)
+            if packets == self.credit_said.get(n):
+                continue  # nothing new to say: at rest a port sends nothing
             sock, mac = self.credit_socks[n]
             try:
                 sock.send(credit_frame(mac, packets))
-                self.stats["credit_tx"] += 1
             except OSError:  # the port is down or its control queue full: the next period
-                pass
+                continue
+            self.credit_said[n] = packets
+            self.stats["credit_tx"] += 1
 
     def on_credit(self, pr: PortRuntime, packets: list[FlowControlPacket]) -> None:
         """A neighbour's flow control packets: the limits it grants this port. Granted at
         the next credit tick, which reads every gate in one dump."""
         self.stats["credit_rx"] += 1
+        if pr.cfg.number not in self.credit_heard:
+            # the neighbour's agent is up: it may have missed what we said before it was
+            self.credit_heard.add(pr.cfg.number)
+            self.credit_said.pop(pr.cfg.number, None)
         for p in packets:
             lane = self.lanes.get((pr.cfg.number, p.vl))
             if lane is not None:
