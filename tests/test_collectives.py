@@ -143,7 +143,7 @@ def test_a_wrong_collective_is_refused_in_one_line(collective: dict, words: str)
     assert words in info.value.render()
 
 
-@pytest.mark.parametrize("mode", [None, "roce-lossless", "roce-lossy", "tcp"])
+@pytest.mark.parametrize("mode", [None, "roce-lossless", "roce-lossy", "tcp", "ib-credit"])
 @pytest.mark.parametrize("name", ["allreduce", "allreduce-incast"])
 def test_a_run_s_scenario_json_parses_again_to_the_same_scenario(name: str, mode: str | None
                                                                   ) -> None:

@@ -230,6 +230,17 @@ def _steal(rows: list[CpuRow] | None) -> tuple[float | None, float | None]:
     return sum(steal) / len(steal), max(steal)
 
 
+def _reactions(events: list, why: dict[str, str]) -> tuple[list, int]:
+    """The PFC frames the agents applied (a late XON keeps a link idle as a late XOFF
+    overfills a buffer: both are reactions), and how many of them had no kernel timestamp."""
+    applied = [e for e in events if e.event in ("pause", "resume")]
+    blind = sum(1 for e in applied if e.reaction_us is None)
+    if blind:
+        why.setdefault("agent_reaction", f"{blind} PFC frames were applied without the "
+                                         "frame's kernel timestamp")
+    return applied, blind
+
+
 def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                      hidden_loss: int | None = None,
                      buffers: dict[QueueId, int] | None = None,
@@ -239,7 +250,8 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                      host_lag_pct: float | None = None, hosts_pace: bool = True,
                      host_lag_host: str | None = None,
                      host_lag_longest_ms: float | None = None,
-                     unmeasured: dict[str, str] | None = None) -> Figures:
+                     unmeasured: dict[str, str] | None = None,
+                     credited: list[int] | None = None) -> Figures:
     """The figures the fidelity guard judges, from a results folder's telemetry (and what only
     the running fabric could tell: the hidden loss and the pipeline's drops from the switches'
     counters, the host loss from the endpoints). ``buffers``: each lossless queue's configured
@@ -257,6 +269,8 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
     ok_series = _telemetry_whole(series, switches, why)
     mine = {q: ss for q, ss in series.items() if q[2] in lossless and ss}
     last = [ss[-1] for ss in mine.values()]
+    # mode ib-credit's classes lose nothing either: their drops count with PFC's
+    kept = [ss[-1] for q, ss in series.items() if q[2] in (credited or ()) and ss]
     traffic = any(s.sent_packets for s in last)
 
     def peak(values: list[int], what: str) -> int | None:
@@ -278,22 +292,18 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
            if s.bmv2_lag_max_us is not None]
     stall = [s.bmv2_answer_max_us for ss in series.values() for s in ss
              if s.bmv2_answer_max_us is not None]
-    # a late XON keeps a link idle as a late XOFF overfills a buffer: both are reactions
-    applied = [e for e in events if e.event in ("pause", "resume")]
-    blind = sum(1 for e in applied if e.reaction_us is None)
-    if blind:
-        why.setdefault("agent_reaction", f"{blind} PFC frames were applied without the "
-                                         "frame's kernel timestamp")
+    applied, blind = _reactions(events, why)
     wd = sum(s.wd_dropped or 0 for s in last)
-    if ok_series and lossless and not last:
+    if ok_series and (lossless or credited) and not (last or kept):
         why.setdefault("lossless_drops", "the telemetry has no lossless queue")
     exceeded = max(max(over), 0) if over else (0 if buffers and not traffic else None)
     if exceeded is None:
         why.setdefault("buffer_exceeded", "lossless packets passed, but no queue's occupancy "
                                           "was read against its buffer")
     return Figures(
-        pfc_enabled=bool(lossless),
-        lossless_drops=sum(s.drops for s in last) - wd if ok_series and last else None,
+        pfc_enabled=bool(lossless), credit_enabled=bool(credited),
+        lossless_drops=(sum(s.drops for s in last + kept) - wd if ok_series and (last or kept)
+                        else None),
         pipeline_drops=pipeline_drops,
         hidden_loss=hidden_loss,
         host_loss=host_loss,

@@ -5,8 +5,10 @@ emulation falling behind rather than from the protocol. Each check below compare
 run measured with the budget that the emulation's own guarantees rest on; a run passes when
 every check does, and otherwise its summary, the CLI and the report say which failed and why.
 
-* ``lossless_drops``: packets a lossless class dropped while PFC was on. With PFC the only loss
-  a real switch allows is a headroom overflow, which the buffer sizing here is meant to rule out.
+* ``lossless_drops``: packets a lossless class dropped while PFC was on, or a credited class
+  in mode ib-credit, which never sends what the next hop has no room for. With PFC the only
+  loss a real switch allows is a headroom overflow, which the buffer sizing here is meant to
+  rule out.
   What the PFC watchdog's drop action discarded is by design and counted apart
   (``watchdog_drops``, in the verdict): every other drop of a lossless class, before a
   detection or after it, counts.
@@ -75,6 +77,9 @@ class Figures:
     (keyed by the check's name); the check is then unknown, which is not ok."""
 
     pfc_enabled: bool
+    #: mode ib-credit: classes under credit flow control, which must lose nothing too
+    #: (lossless_drops); the other lossless checks read PFC's phantoms and pauses
+    credit_enabled: bool = False
     lossless_drops: int | None = None  # lossless-class drops that were not the watchdog's
     pipeline_drops: int | None = None
     hidden_loss: int | None = None
@@ -131,7 +136,8 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
     out: list[Check] = []
 
     def add(name: str, value: float | int | None, limit: float | int, reason: str) -> None:
-        if name in LOSSLESS_ONLY and not fig.pfc_enabled:
+        if name in LOSSLESS_ONLY and not fig.pfc_enabled and not (
+                name == "lossless_drops" and fig.credit_enabled):
             return
         if name == "host_lag" and not fig.hosts_pace:
             return
@@ -144,8 +150,8 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
                          "ok" if ok else "failed"))
 
     add("lossless_drops", fig.lossless_drops, 0,
-        "{v} packets dropped in a lossless class while PFC was on (not by the PFC watchdog's "
-        "drop action)")
+        "{v} packets dropped in a lossless class while PFC (or mode ib-credit's credit) was "
+        "on (not by the PFC watchdog's drop action)")
     add("pipeline_drops", fig.pipeline_drops, 0,
         "{v} packets discarded by the P4 program itself (no route, TTL, checksum or parse "
         "error): see the drop reasons in p4_counters.csv")

@@ -211,7 +211,9 @@ def compute_headline(run_dir: Path, summary: dict) -> dict:
     rows = run_telemetry(run_dir)
     links = link_figures(rows, topology, window)
     counters = last_counters(run_dir / P4_COUNTERS_FILE)
-    pfc_enable = scenario["config"]["qos"]["pfc_enable"]
+    # the lossless classes: PFC's, or mode ib-credit's credited ones
+    qos = scenario["config"]["qos"]
+    pfc_enable = [*qos["pfc_enable"], *qos.get("credit_enable", [])]
     head = _assemble(flows, victims(flows, alone), links, imbalance(links, stages(topology)),
                      host_uplinks(topology, counters, series), summary, window, fcts, {
                          "drops": sum(_last_drops(rows).values()),

@@ -207,7 +207,8 @@ class Run:
                                     host_lag_pct=host_lag_pct,
                                     hosts_pace=hosts_pace, host_lag_host=host_lag_host,
                                     host_lag_longest_ms=host_lag_longest_ms,
-                                    unmeasured=why)
+                                    unmeasured=why,
+                                    credited=list(self.cfg.qos.credit_enable))
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a killed agent's half CSV
             self.progress(f"telemetry summary not made: {exc}")

@@ -111,10 +111,12 @@ def _credit_problems(qos: dict[str, Any]) -> list[str]:
     class, or the profile's lossless classes); a credited class is written by the mode."""
     from testbed.config.models import QOS_PROFILES
 
-    if "credit_enable" in qos:
-        return ["qos.credit_enable: mode ib-credit sets it (the classes qos.pfc_enable would "
-                "have made lossless): leave it out"]
     profile = QOS_PROFILES.get(qos.get("profile"), {}) if isinstance(qos.get("profile"),
                                                                      str) else {}
-    qos["credit_enable"] = list(profile.get("pfc_enable", [3]))
+    credited = list(profile.get("pfc_enable", [3]))
+    # a run's record holds what the mode filled in: the same again is no contradiction
+    if "credit_enable" in qos and qos["credit_enable"] != credited:
+        return [f"qos.credit_enable: {qos['credit_enable']}: mode ib-credit sets it (the "
+                "classes qos.pfc_enable would have made lossless): leave it out"]
+    qos["credit_enable"] = credited
     return []

@@ -340,6 +340,6 @@ def _summary(sc: Scenario, eps, runner, counters, timeline, run_dir: Path) -> Ru
     return {"scenario": sc.cfg.name, "duration_s": sc.extras.duration_s, "flows": flows,
             "pfc_frames_sent": pfc_tx, "pfc_frames_by_class": by_class, "tester": tester,
             "timeline": timeline, "flow_errors": runner.errors,
-            "kernel_drops_lossless": sum(kernel_drops(counters, tc)
-                                         for tc in sc.cfg.qos.pfc_enable),
+            "kernel_drops_lossless": sum(kernel_drops(counters, tc) for tc in
+                                         [*sc.cfg.qos.pfc_enable, *sc.cfg.qos.credit_enable]),
             "hidden_loss": hidden_loss(counters)}
