@@ -11,6 +11,8 @@ headline.
 * ``allreduce`` in mode ``tcp``: the same ring over the hosts' kernel TCP: every operation
   completes, each rank moves what the ring must, the wire (tshark, at h1) carries TCP segments
   in the flows' class and no RoCE, and no PFC frame is sent;
+* ``allreduce`` in mode ``ib-credit``: credits per hop instead of PFC: every operation
+  completes, each rank moves what the ring must, nothing is lost or resent, no PFC frame;
 * ``allreduce-incast``, the same beside a 3:1 incast: lossless, every operation completes, the
   incast's pauses hold a rank (the straggler stood paused) and nothing is lost; roce-lossy (no
   PFC), the queues drop, Go-Back-N resends and no PFC frame is sent. (How far lossy falls behind
@@ -115,6 +117,22 @@ def test_the_same_all_reduce_over_kernel_tcp(tmp_path: Path) -> None:
     dscp = {int(d) for (d,) in tshark(pcap, ["ip.dsfield.dscp"], "tcp.len > 0")}
     assert dscp == {sc.cfg.qos.tc_to_dscp()[coll.tc]}  # TCP data, in the collective's class
     assert tshark(pcap, ["frame.number"], "udp.port == 4791") == []  # and no RoCE
+
+
+def test_the_same_all_reduce_under_credits(tmp_path: Path) -> None:
+    """Mode ib-credit: every hop sends only what the next has room for; no PFC frame, nothing
+    lost or resent, each rank moves what the ring must."""
+    sc, summary, _ = run("allreduce", tmp_path, mode="ib-credit")
+    coll = sc.extras.collectives[0]
+    head = summary["headline"]
+    ar = head["collectives"]["ar"]
+    n = len(ar["ranks"])
+    assert ar["ops_completed"] == coll.iterations and 0 < ar["efficiency"] <= 1
+    for f in sc.extras.flows:
+        assert summary["flows"][f.name]["bytes_received"] == \
+            2 * (n - 1) * coll.size_bytes // n * coll.iterations
+    assert head["lossless_drops"] == 0 and head["drops"] == 0
+    assert head["retransmitted"] == 0 and head["naks"] == 0 and head["pfc_frames"] == 0
 
 
 def test_beside_an_incast_lossless_pauses_and_lossy_drops_and_resends(
