@@ -109,3 +109,17 @@ def test_a_limit_heard_is_granted_once_and_credit_under_a_frame_waits() -> None:
     a._grant(pr, 3, lane, sent=4 * FRAME, backlog=8000, now=2.5)
     # 16,680 bytes sent (260 blocks and 40 bytes); the limit (16,680 + 20,000) // 64 = 573
     assert pr.gates.grants[-1] == (3, (573 - 260) * 64 - 40) == (3, 19_992)
+
+
+def test_the_budget_prices_the_credit_frames() -> None:
+    """Every port's frames a credit period, twice at a switch (its own and its neighbour's),
+    once at a host: on 2x2x2 at 10 ms, a leaf (4 ports: 2 hosts, 2 spines) 800 passes a
+    second more."""
+    from testbed.budget.scenario import scenario_load
+
+    plain = parse_scenario({**scenario(), "mode": "roce-lossless"})
+    credit = parse_scenario(scenario())
+    a = scenario_load(plain.cfg, plain.topo, plain.extras)
+    b = scenario_load(credit.cfg, credit.topo, credit.extras)
+    assert b.switch_pps["leaf1"] - a.switch_pps["leaf1"] == pytest.approx(800)
+    assert b.host_fps["h1"] - a.host_fps["h1"] == pytest.approx(100)

@@ -33,6 +33,7 @@ import struct
 import time
 from collections import deque
 
+from traffic.credits import XmitWait
 from traffic.endpoint_config import EndpointConfig
 from traffic.endpoint_control import ControlServer
 from traffic.endpoint_qps import QpState, QpTable
@@ -197,6 +198,7 @@ class TcpEndpoint(QpTable, Telemetry, ControlServer):
         self.stats = EndpointStats()
         self._init_qps()
         self.paused_until = [0.0] * NUM_TCS  # never paused: no PFC in this mode
+        self.credit_wait = [XmitWait() for _ in range(NUM_TCS)]  # nor credit
         self.fault = {"mode": "none"}
         self._running = True
         self._next_housekeeping = 0.0

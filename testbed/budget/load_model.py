@@ -30,7 +30,9 @@ a count of packets, which this module works out from the flows alone, without ru
 
 Every frame passes each switch on its path once (ACKs and CNPs take the reverse path), and is
 handled twice by endpoints: by its sender and by its receiver. PFC frames, ARP and the agents'
-own work per pause are not counted here (the budget's margin covers them).
+own work per pause are not counted here (the budget's margin covers them); mode ib-credit's
+credit frames, sent every credit period on every port while traffic flows, are
+(:func:`add_credit_frames`).
 """
 
 from __future__ import annotations
@@ -308,3 +310,15 @@ def peak_load(topo: Topology, flows: list[FlowSpec], end_s: float, cnp_classes: 
         if load.passes + load.frames > best.passes + best.frames:
             best = load
     return best
+
+
+def add_credit_frames(load: Load, topo: Topology, period_s: float) -> None:
+    """Mode ib-credit's credit frames (testbed.agent.credit), at most one a port a credit
+    period while its books move, as the load's peak is taken: each switch's BMv2 passes its
+    neighbours' frames and its own (its packet socket sees what its agent sends out of a port),
+    and each host's endpoint handles its leaf's."""
+    per_s = 1 / period_s
+    for sw in topo.switches:
+        load.switch_pps[sw.name] = load.switch_pps.get(sw.name, 0.0) + 2 * len(sw.ports) * per_s
+    for h in topo.hosts:
+        load.host_fps[h.name] = load.host_fps.get(h.name, 0.0) + per_s

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.budget.cores import Profile, Verdict, auto_rate, judge
-from testbed.budget.load_model import Load, Paths, peak_load, running
+from testbed.budget.load_model import Load, Paths, add_credit_frames, peak_load, running
 from testbed.config.bmv2_build import BuildError, select
 from testbed.config.models import FabricConfig
 from testbed.config.phantoms import phantom_classes
@@ -48,10 +48,14 @@ def down_at_start(topo: Topology, faults: list) -> DownLinks:
 
 
 def scenario_load(cfg: FabricConfig, topo: Topology, extras: Any) -> Load:
-    """The peak load of a scenario's flows (``extras``: its ScenarioExtras)."""
-    return peak_load(topo, extras.flows, extras.duration_s,
+    """The peak load of a scenario's flows (``extras``: its ScenarioExtras), with mode
+    ib-credit's credit frames."""
+    load = peak_load(topo, extras.flows, extras.duration_s,
                      cnp_classes(cfg, extras.endpoints.dcqcn), down_at_start(topo, extras.faults),
                      extras.background)
+    if cfg.qos.credit_enable:
+        add_credit_frames(load, topo, cfg.qos.credit.period_ms / 1000)
+    return load
 
 
 def build_name(cfg: FabricConfig) -> str:
