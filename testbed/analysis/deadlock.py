@@ -78,7 +78,8 @@ def load_events(run_dir: Path) -> list[EventRow]:
 def stuck_queues(series: dict[QueueId, list[TelemetryRow]], start_s: float, end_s: float,
                  tcs: list[int]) -> list[StuckQueue]:
     """Queues of the given classes that were stuck for all of [start_s, end_s]: packets waiting
-    at every sample, not one sent, and PFC still arriving (the pause was being refreshed)."""
+    at every sample, not one sent, and PFC still arriving (the pause was being refreshed), or,
+    a credited class (mode ib-credit), waiting for credit at every sample."""
     found = []
     for q, samples in sorted(series.items()):
         if q[2] not in tcs:
@@ -86,8 +87,10 @@ def stuck_queues(series: dict[QueueId, list[TelemetryRow]], start_s: float, end_
         win = [s for s in samples if start_s <= s.t_s <= end_s]
         if len(win) < 2 or win[-1].t_s - win[0].t_s < 0.8 * (end_s - start_s):
             continue  # too few samples to say (the agent was not sampling then)
+        held = win[-1].pfc_rx > win[0].pfc_rx or (win[-1].pfc_rx == 0 and
+                                                  all(s.paused for s in win))
         if all(s.backlog_packets > 0 for s in win) and win[0].sent_packets == \
-                win[-1].sent_packets and win[-1].pfc_rx > win[0].pfc_rx:
+                win[-1].sent_packets and held:
             found.append(StuckQueue(q[0], q[1], q[2], min(s.backlog_bytes for s in win),
                                     win[-1].pfc_rx - win[0].pfc_rx,
                                     round(win[-1].t_s - win[0].t_s, 3)))

@@ -147,7 +147,8 @@ def _write_results(sc: Scenario, run, summary: RunSummary, stopped_at: float | N
         summary.update({k: tel.get(k) for k in ("fidelity", "agents")})
     summary["watchdog_events"] = _watchdog_events(run_dir)
     if stopped_at is not None:
-        summary["deadlock"] = deadlock_summary(run_dir, stopped_at, list(sc.cfg.qos.pfc_enable))
+        summary["deadlock"] = deadlock_summary(run_dir, stopped_at, [
+            *sc.cfg.qos.pfc_enable, *sc.cfg.qos.credit_enable])  # paused, or out of credit
     _add_headline(run_dir, summary, progress)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
     _write_reports(run_dir, progress)
