@@ -75,10 +75,9 @@ def test_an_incast_under_credits_loses_nothing_sends_no_pfc_and_waits_for_credit
 def test_the_pfc_deadlock_s_cycle_does_not_lock_under_credits_here(tmp_path: Path) -> None:
     """scenarios/deadlock-watchdog-off.yaml in mode ib-credit: the same failed links, bounce
     routes and four flows, whose cyclic buffer dependency locks PFC. Here every flow completes
-    and no queue stays stuck after the senders stop: each output keeps a FIFO per input
-    (testbed.machine.inputs), so an input's buffer fills only with frames for a blocked output,
-    and round robin between inputs gives each flow on the cycle what it brings (docs/DESIGN.md,
-    Credits). An IB switch with one FIFO per input would block at its head."""
+    and no queue stays stuck after the senders stop: each host's leaf grants it only what its
+    frames' way onward drains, so the traffic waits at the hosts and the cycle's inputs never
+    fill (docs/DESIGN.md, Credits)."""
     import yaml
 
     data = yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" /
