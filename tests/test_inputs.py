@@ -16,12 +16,14 @@ from testbed.machine.inputs import input_majors, input_sent
 from testbed.machine.netns import inside
 from testbed.machine.tcstats import QdiscReader
 from tests.portrig import port
+from tests.test_ports import RECEIVER
 
 pytestmark = pytest.mark.root
 FRAME = 4200
 
 #: Sends frames of DSCP 26 (class 3) from the given input ports (0: a source MAC no switch
-#: port writes), each with its input and sequence number in the payload.
+#: port writes), each numbered input * 1000 + its sequence, where test_ports' RECEIVER reads
+#: a frame's number.
 SENDER = r"""
 import json, socket, struct, sys
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
@@ -30,25 +32,10 @@ for i, (inp, n) in enumerate(json.loads(sys.argv[1])):
     for k in range(n):
         ip = struct.pack("!BBHHHBBH4s4s", 0x45, 26 << 2, 4186, 0, 0, 64, 17, 0, bytes(4), bytes(4))
         src = bytes([2, 0x4c, inp, 0, 0, 1])
-        f = b"\x02" * 6 + src + b"\x08\x00" + ip + struct.pack("!BI", inp, k)
+        f = b"\x02" * 6 + src + b"\x08\x00" + ip + struct.pack("!I", inp * 1000 + k)
         s.send(f + bytes(4200 - len(f)))
 """
 
-RECEIVER = r"""
-import json, socket, sys
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
-s.bind(("pb", 0))
-s.settimeout(float(sys.argv[1]))
-out = []
-try:
-    while True:
-        f, a = s.recvfrom(65536)
-        if a[2] != 4 and f[12:14] == b"\x08\x00":
-            out.append(f[34])
-except socket.timeout:
-    pass
-print(json.dumps(out))
-"""
 
 
 def run_in(ns: str, script: str, *args: str, background: bool = False):
@@ -70,7 +57,7 @@ def test_each_input_has_its_own_fifo_and_the_port_serves_them_in_turn() -> None:
         rx = run_in(ns, RECEIVER, "2", background=True)
         time.sleep(1.0)  # the receiver is listening
         gates.open(3)
-        order = json.loads(rx.communicate(timeout=30)[0])
+        order = [seq // 1000 for _dscp, _t, seq in json.loads(rx.communicate(timeout=30)[0])]
         done = input_sent(reader.dump(majors))
         reader.close()
     # held: the closed gate took the first frame to look at, and its input counts it gone

@@ -177,8 +177,6 @@ class Endpoint(QpTable, PfcPort, CreditNic, Telemetry, ControlServer):
 
     def _on_frame(self, frame: bytes, now: float) -> None:
         self.stats.frames_rx += 1
-        if frame[12:14] == CREDIT_ETHERTYPE:
-            return self._on_credit(frame, now)
         pfc = parse_pfc(frame)
         if pfc is not None:
             self.stats.pfc_rx += 1
@@ -196,7 +194,9 @@ class Endpoint(QpTable, PfcPort, CreditNic, Telemetry, ControlServer):
             self.stats.rx_rejected[exc.reason] += 1
             log.debug("rejected (%s): %s", exc.reason, exc)
             return
-        if p is None:
+        if p is None:  # neither PFC nor RoCE: a credit frame (mode ib-credit), or not ours
+            if frame[12:14] == CREDIT_ETHERTYPE:
+                return self._on_credit(frame, now)
             self.stats.not_roce += 1
             return
         if not p.icrc_ok:
