@@ -13,9 +13,12 @@ from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
 from testbed.analysis.fidelity import verdict_problem
-from testbed.run.scenario import parse_scenario
+from testbed.run.scenario import load_scenario, parse_scenario
 from testbed.run.scenario_run import run_scenario
+from testbed.topology.qos import credit_buffer_bytes
 from tests.test_capture import need_tshark, tshark
+from tests.test_deadlock import REPO, cycle_queues, senders_stop
+from tests.test_endpoint_credit import FRAME
 from traffic.layers import IBFlowControl
 from traffic.wire import ETH_P_CREDIT
 
@@ -80,8 +83,7 @@ def test_the_pfc_deadlock_s_cycle_does_not_lock_under_credits_here(tmp_path: Pat
     fill (docs/DESIGN.md, Credits)."""
     import yaml
 
-    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" /
-                           "deadlock-watchdog-off.yaml").read_text())
+    data = yaml.safe_load((REPO / "scenarios" / "deadlock-watchdog-off.yaml").read_text())
     data.pop("agent")  # no PFC, so no PFC watchdog
     data.update(mode="ib-credit", qos={"ecn": {}})
     res = run_scenario(parse_scenario(data), tmp_path, progress=lambda _m: None)
@@ -93,3 +95,36 @@ def test_the_pfc_deadlock_s_cycle_does_not_lock_under_credits_here(tmp_path: Pat
     # the credited class's queues are judged: none held packets and sent none after the stop
     assert res.summary["deadlock"]["deadlock"] is False, res.summary["deadlock"]
     assert res.summary["deadlock"]["stuck_after_stop"] == []
+
+
+def test_a_credit_loop_deadlocks_like_a_pfc_cycle(tmp_path: Path) -> None:
+    """scenarios/credit-loop.yaml: the PFC deadlock's failed links and bounce routes with two
+    hosts a leaf sending into the cycle, so that every input on it receives frames for the
+    next link faster than its turn at that link passes them on. Under credits it locks: after
+    the senders stop, the four queues of the cycle hold frames, send nothing and wait for
+    credit, each holding a full input's buffer, with no PFC frame and no drop. The same
+    fabric and flows under PFC alone (credit-loop-pfc.yaml) lock too, with PFC arriving."""
+    runs = {}
+    for name in ("credit-loop", "credit-loop-pfc"):
+        sc = load_scenario(REPO / "scenarios" / f"{name}.yaml")
+        res = run_scenario(sc, tmp_path / name, progress=lambda _m: None)
+        assert verdict_problem(res.summary.get("fidelity")) is None, \
+            f"{name}: {verdict_problem(res.summary.get('fidelity'))}"
+        runs[name] = (sc, res.summary)
+    for name, (sc, summary) in runs.items():
+        dl = summary["deadlock"]
+        assert dl["deadlock"] is True, f"{name}: {dl}"
+        assert dl["window_s"][0] >= senders_stop(summary), name
+        stuck = {(q["switch"], q["port"], q["tc"]): q for q in dl["stuck_after_stop"]}
+        assert cycle_queues(sc) <= set(stuck), f"{name}: {sorted(stuck)}"
+        head = summary["headline"]
+        assert head["drops"] == 0 and head["lossless_drops"] == 0, name
+    sc, summary = runs["credit-loop"]
+    head = summary["headline"]
+    assert head["pfc_frames"] == 0 and set(summary["pfc_frames_sent"].values()) == {0}
+    assert head["pause_s"] > 0  # ports waited for credit
+    full = credit_buffer_bytes(sc.cfg.qos, sc.cfg.fabric.fabric_link_mbps) - FRAME
+    for q in summary["deadlock"]["stuck_after_stop"]:
+        if (q["switch"], q["port"], q["tc"]) in cycle_queues(sc):
+            assert q["pfc_frames"] == 0 and q["backlog_bytes_min"] >= full, q
+    assert runs["credit-loop-pfc"][1]["headline"]["pfc_frames"] > 0

@@ -12,14 +12,13 @@ Control: a unix socket taking one JSON object per line and answering one per lin
 (one row per QP per sample) and ``messages.csv`` (one row per completed message) in ``out_dir``
 (:data:`QP_COLUMNS`, :data:`MESSAGE_COLUMNS`). ``--transport tcp``: :mod:`traffic.tcp_endpoint`.
 
-This module is the core (sockets, the receive path, the send loop and its pacers, housekeeping,
-the event loop) and the command; :class:`Endpoint` gathers the other parts, each a class of its
-own module whose methods and state are the endpoint's own (no object between them and the
-per-frame path): :mod:`traffic.endpoint_config` (configuration, command line),
-:mod:`traffic.endpoint_qps` (the QP table), :mod:`traffic.endpoint_pfc` (PFC obedience, faults),
-:mod:`traffic.endpoint_telemetry` (counters, CSV files, snapshots) and
-:mod:`traffic.endpoint_control` (the control server). Their public names are importable from
-here too.
+This module is the core (sockets, receive path, send loop and pacers, housekeeping, event loop)
+and the command; :class:`Endpoint` gathers the other parts, each a class of its own module whose
+methods and state are the endpoint's own (no object between them and the per-frame path):
+:mod:`traffic.endpoint_config` (configuration, command line), :mod:`traffic.endpoint_qps` (the QP
+table), :mod:`traffic.endpoint_pfc` (PFC obedience, faults), :mod:`traffic.endpoint_credit`
+(credits), :mod:`traffic.endpoint_telemetry` (counters, CSV files, snapshots) and
+:mod:`traffic.endpoint_control` (the control server), importable from here too.
 """
 
 from __future__ import annotations
@@ -289,6 +288,8 @@ class Endpoint(QpTable, PfcPort, CreditNic, Telemetry, ControlServer):
                 size = len(frame)
                 credit[st.tc] -= size
                 credit_sent[st.tc] += size
+                if credit[st.tc] < big:  # short now: the class's QP timers stand still
+                    self.credit_short[st.tc].note(now, True)
                 try:
                     send(frame)
                 except OSError as exc:  # ENOBUFS while the qdisc is full: counted, not fatal

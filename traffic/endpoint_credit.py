@@ -50,6 +50,11 @@ class CreditNic:
         #: per credited class: the bytes sent so far (what the limits are reckoned against)
         self.credit_sent = [0] * NUM_TCS
         self.credit_wait = [XmitWait() for _ in range(NUM_TCS)]
+        #: per class: the time its credit was short of a frame, whether a frame waited or not:
+        #: the class could not send, so its QPs' Local ACK Timeout stands still, as it does
+        #: while PFC pauses the class (traffic.qp.Requester.check_timeout). Counted from the
+        #: send that left it short to the limit that covers a frame again.
+        self.credit_short = [XmitWait() for _ in range(NUM_TCS)]
         for tc in self.cfg.credited:
             self.credit_left[tc] = 0.0  # nothing until the leaf's first limit
         #: the largest frame the NIC sends: a class sends only with credit for one
@@ -74,6 +79,7 @@ class CreditNic:
             if tc not in self.cfg.credited:
                 continue
             self.credit_left[tc] = left = credit_left(self.credit_sent[tc], p.fccl)
+            self.credit_short[tc].note(now, left < self.credit_frame)
             if left >= self.credit_frame:
                 self.credit_wait[tc].note(now, False)
 
@@ -81,11 +87,13 @@ class CreditNic:
         """A QP of class ``tc`` has a frame to send and the class has no credit for it."""
         self.credit_wait[tc].note(now, True)
 
-    def _credit_used(self, tc: int, size: int) -> None:
+    def _credit_used(self, tc: int, size: int, now: float) -> None:
         """A frame of ``size`` bytes of a credited class went out (ACKs and CNPs: the send
         loop's own frames count inline)."""
         self.credit_left[tc] -= size
         self.credit_sent[tc] += size
+        if self.credit_left[tc] < self.credit_frame:
+            self.credit_short[tc].note(now, True)
 
     def credit_wait_s(self, now: float) -> list[float]:
         return [w.total(now) for w in self.credit_wait]

@@ -61,11 +61,20 @@ class PfcPort:
         self._pause_mark[tc] = now
         self.paused_until[tc] = now + quanta * PFC_QUANTUM_BITS / self.cfg.line_rate_bps
 
+    def _pfc_paused_s(self, tc: int, now: float) -> float:
+        extra = min(now, self.paused_until[tc]) - self._pause_mark[tc]
+        return self.paused_total[tc] + max(0.0, extra)
+
     def paused_seconds(self, tc: int, now: float) -> float:
         """How long the class was held at this NIC: paused by PFC, or (mode ib-credit)
-        waiting for credit (traffic.endpoint_credit)."""
-        extra = min(now, self.paused_until[tc]) - self._pause_mark[tc]
-        return self.paused_total[tc] + max(0.0, extra) + self.credit_wait[tc].total(now)
+        waiting for credit with a frame to send (PortXmitWait; traffic.endpoint_credit)."""
+        return self._pfc_paused_s(tc, now) + self.credit_wait[tc].total(now)
+
+    def held_seconds(self, tc: int, now: float) -> float:
+        """How long the class could not send at this NIC, frame or not: paused by PFC, or
+        (mode ib-credit) short of credit for a frame. Its QPs' Local ACK Timeout does not
+        count it (traffic.qp.Requester.check_timeout)."""
+        return self._pfc_paused_s(tc, now) + self.credit_short[tc].total(now)
 
     def _send_ctrl(self, tc: int, frame: bytes, now: float) -> None:
         """An ACK or CNP: sent now, unless its class is paused or (mode ib-credit) short of
@@ -75,7 +84,7 @@ class PfcPort:
             self._ctrl_queued += 1
         else:
             self._send(frame, now)
-            self._credit_used(tc, len(frame))
+            self._credit_used(tc, len(frame), now)
 
     def _flush_ctrl(self, now: float) -> None:
         for tc in range(NUM_TCS):
@@ -83,7 +92,7 @@ class PfcPort:
             while q and self.paused_until[tc] <= now and self.credit_left[tc] >= len(q[0]):
                 frame = q.popleft()
                 self._send(frame, now)
-                self._credit_used(tc, len(frame))
+                self._credit_used(tc, len(frame), now)
                 self._ctrl_queued -= 1
 
     # -- faults -------------------------------------------------------------------------

@@ -67,7 +67,7 @@ class QpState:
 class QpTable:
     """Part of :class:`traffic.endpoint.Endpoint`: its QPs (``qps``, and ``_requesters``, the
     senders, for the send loop). Uses the endpoint's ``cfg``, ``dcqcn``, ``now()``,
-    ``paused_seconds()`` (each requester's timer reads its class's time paused) and
+    ``held_seconds()`` (each requester's timer reads the time its class could not send) and
     ``_housekeeping_by()``."""
 
     cfg: EndpointConfig
@@ -112,7 +112,7 @@ class QpTable:
                                      start_psn=start_psn, max_outstanding=max_outstanding,
                                      rto_s=self.cfg.rto_s if rto_s is None else rto_s,
                                      retry_count=self.cfg.retry_count,
-                                     paused=lambda now: self.paused_seconds(tc, now))
+                                     paused=lambda now: self.held_seconds(tc, now))
             if self.cfg.dcqcn_enabled:
                 st.rp = ReactionPoint(self.dcqcn, now=self.now())
             self._requesters.append(st)

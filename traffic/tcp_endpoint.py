@@ -222,6 +222,9 @@ class TcpEndpoint(QpTable, Telemetry, ControlServer):
     def paused_seconds(self, tc: int, now: float) -> float:
         return 0.0
 
+    def held_seconds(self, tc: int, now: float) -> float:
+        return 0.0
+
     def _count_socket_drops(self) -> None:
         """The kernel's TCP loses nothing at the host's socket: nothing to count."""
 

@@ -160,8 +160,10 @@ def deadlock_lines(dl: dict | None) -> list[str]:
     if not stuck:
         out = [f"- no queue stayed stuck from {start} s to {end} s (after the senders stopped)"]
     else:
+        held = ("PFC still arriving" if any(q["pfc_frames"] for q in stuck)
+                else "waiting for credit")
         out = [f"- DEADLOCK: {len(stuck)} queues stayed full from {start} s to {end} s with "
-               f"nothing sent and PFC still arriving: "
+               f"nothing sent and {held}: "
                + ", ".join(f"{q['switch']}:{q['port']} tc{q['tc']} ({q['backlog_bytes_min']} B)"
                            for q in stuck)]
     lat = [d["latency_s"] for d in dl.get("watchdog_detections", [])]
