@@ -392,3 +392,53 @@ def test_a_host_kept_from_its_core_in_slices_is_flagged(tmp_path: Path) -> None:
     # the sender, late past its pacers' 5 ms slack at least once: a wait the slices explain
     wait = re.search(r"^h1's NIC stood idle .* \(its longest wait (\d+) ms\)", lag["reason"])
     assert wait and 5 < int(wait[1]) < 100, lag["reason"]
+
+
+#: A run in mode ib-credit that kept up: PFC off, class 3 credited.
+CREDIT = Figures(pfc_enabled=False, credit_enabled=True, lossless_drops=0, pipeline_drops=0,
+                 hidden_loss=0, host_loss=0, credit_overrun_bytes=0, host_lag_pct=0.3,
+                 cpu_saturated_s=0.2)
+
+
+def test_credit_overrun_applies_in_mode_ib_credit_alone() -> None:
+    v = assess(CREDIT, BUDGET)
+    assert v["ok"], v
+    assert {c["name"] for c in v["checks"]} == {"lossless_drops", "credit_overrun",
+                                                "pipeline_drops", "hidden_loss", "host_loss",
+                                                "host_lag", "cpu_saturated"}
+    over = assess(replace(CREDIT, credit_overrun_bytes=4170), BUDGET)
+    assert not over["ok"] and over["reasons"] == [
+        "an input held 4170 bytes beyond its credit buffer (qos.credit.buffer_bytes) in the "
+        "kernel: the port before it sent past its credit, which an IB port never does (a "
+        "grant raced the frames leaving its gate)"]
+    unknown = assess(replace(CREDIT, credit_overrun_bytes=None), BUDGET)
+    assert not unknown["ok"] and unknown["unknown"] == ["credit_overrun"]
+    # PFC runs are judged by buffer_exceeded instead
+    assert "credit_overrun" not in {c["name"] for c in assess(GOOD, BUDGET)["checks"]}
+
+
+def test_credit_overrun_comes_from_the_inputs_peaks_against_their_buffers(
+        tmp_path: Path) -> None:
+    """input_max_bytes on a credited class's rows, against that input's credit buffer: the
+    largest excess, 0 when none went past, unknown when credited frames passed and no input
+    was read."""
+    def credited(t: float, port: int, held: int | None, sent: int = 5) -> TelemetryRow:
+        return replace(_sample(t, 3, 0, input_max_bytes=held), port=port, sent_packets=sent)
+
+    buffers = {("leaf1", 1, 3): 92_694, ("leaf1", 2, 3): 92_694}
+
+    def figure(rows: list[TelemetryRow], where: Path) -> tuple[int | None, dict]:
+        where.mkdir()
+        _folder(where, rows, [])
+        f = fidelity_figures(where, [], cpu_busy_pct=95, hidden_loss=0, host_loss=0,
+                             pipeline_drops=0, switches=["leaf1"], credited=[3],
+                             input_buffers=buffers)
+        return f.credit_overrun_bytes, f.unmeasured
+
+    rows = [credited(1.0, 1, 50_000), credited(1.1, 1, 96_864), credited(1.1, 2, 92_000),
+            credited(1.2, 2, None)]
+    assert figure(rows, tmp_path / "over")[0] == 4170
+    assert figure(rows[:1] + rows[2:], tmp_path / "within")[0] == 0
+    blind, why = figure([credited(1.0, 1, None)], tmp_path / "blind")
+    assert blind is None and "no input's occupancy was read" in why["credit_overrun"]
+    assert figure([credited(1.0, 1, None, sent=0)], tmp_path / "idle")[0] == 0

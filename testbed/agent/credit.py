@@ -78,6 +78,9 @@ class CreditMixin:
         #: change), and the ports whose neighbour has been heard from
         self.credit_said: dict[int, list[FlowControlPacket]] = {}
         self.credit_heard: set[int] = set()
+        #: per (input port, class): the most the input held in the kernel since the last
+        #: telemetry sample (the fidelity guard's credit_overrun)
+        self.input_max: dict[tuple[int, int], int] = {}
         if not cfg.credited:
             return
         for n, pr in self.ports.items():
@@ -101,6 +104,10 @@ class CreditMixin:
         """Advertise every port's limits, and grant what the neighbours advertised."""
         dump = self.reader.dump(self._credit_majors)
         drained = input_sent(dump)
+        peak = self.input_max
+        for key, (_sent, held) in drained.items():
+            if held > peak.get(key, -1) and key[0] in self.ports:
+                peak[key] = held
         per_port = by_ifindex(dump)
         now = self.clock()
         for n, pr in self.ports.items():
@@ -155,6 +162,11 @@ class CreditMixin:
         if lane is None:
             return None
         return lane.wait.waiting, lane.wait.total(now)
+
+    def credit_input_max(self, port: int, tc: int) -> int | None:
+        """The most the input on ``port`` held of credited class ``tc`` in the kernel since
+        the last call (None: not a credited class, or no credit period read it since)."""
+        return self.input_max.pop((port, tc), None)
 
     def credit_close(self) -> None:
         for s, _mac in self.credit_socks.values():

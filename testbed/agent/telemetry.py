@@ -53,6 +53,7 @@ class TelemetryMixin:
     #: Per (port, class): until when (clock) the last XOFF our switch sent there holds.
     xoff_until: dict[tuple[int, int], float]
     credit_waiting: Callable[[int, int, float], tuple[bool, float] | None]  # CreditMixin's
+    credit_input_max: Callable[[int, int], int | None]  # CreditMixin's
 
     @cached_property
     def _resynced_majors(self) -> frozenset[int]:
@@ -215,6 +216,7 @@ class TelemetryMixin:
                 self.telemetry_log.write(TelemetryRow(
                     t_s, self.cfg.switch, n, tc, st.backlog_bytes, st.backlog_packets, st.drops,
                     st.sent_bytes, st.sent_packets, paused, ps.frames, paused_s,
-                    drift, held, below, peak, lag, wd, answer))
+                    drift, held, below, peak, lag, wd, answer,
+                    input_max_bytes=self.credit_input_max(n, tc)))
         self.telemetry_log.flush()
         return backlogs

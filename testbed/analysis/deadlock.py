@@ -211,9 +211,26 @@ def _telemetry_whole(series: dict[QueueId, list[TelemetryRow]], switches: list[s
     gap = (f"no telemetry from {', '.join(missing)} (its agent wrote none)" if missing
            else "no switch telemetry at all (the agents wrote none)")
     for name in ("lossless_drops", "phantom_below", "buffer_exceeded", "bmv2_lag",
-                 "bmv2_stall", "agent_reaction"):
+                 "bmv2_stall", "agent_reaction", "credit_overrun"):
         why.setdefault(name, gap)
     return False
+
+
+def _credit_overrun(series: dict[QueueId, list[TelemetryRow]], credited: list[int],
+                    buffers: dict[QueueId, int], why: dict[str, str]) -> int | None:
+    """Mode ib-credit: the most an input held in the kernel beyond its credit buffer (0 when
+    none did, or no credited frame passed), None (and why) when credited frames passed and
+    no input's occupancy was read."""
+    rows = [(q, s) for q, ss in series.items() if q[2] in credited for s in ss]
+    over = [s.input_max_bytes - buffers[q] for q, s in rows
+            if s.input_max_bytes is not None and q in buffers]
+    if over:
+        return max(max(over), 0)
+    if not any(s.sent_packets for _q, s in rows):
+        return 0
+    why.setdefault("credit_overrun", "credited frames passed, but no input's occupancy was "
+                                     "read against its credit buffer")
+    return None
 
 
 def _cpu_saturated(rows: list[CpuRow] | None, cpu_busy_pct: float,
@@ -251,16 +268,15 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                      pipeline_drops: int | None = None,
                      switches: list[str] | None = None,
                      host_lag_pct: float | None = None, hosts_pace: bool = True,
-                     host_lag_host: str | None = None,
-                     host_lag_longest_ms: float | None = None,
-                     unmeasured: dict[str, str] | None = None,
-                     credited: list[int] | None = None) -> Figures:
+                     host_lag_host: str | None = None, host_lag_longest_ms: float | None = None,
+                     unmeasured: dict[str, str] | None = None, credited: list[int] | None = None,
+                     input_buffers: dict[QueueId, int] | None = None) -> Figures:
     """The figures the fidelity guard judges, from a results folder's telemetry (and what only
     the running fabric could tell: the hidden loss and the pipeline's drops from the switches'
     counters, the host loss from the endpoints). ``buffers``: each lossless queue's configured
-    buffer, to say how far past it a queue went. ``switches``: the fabric's, each of whose
-    agents must have written telemetry. ``unmeasured``: why a figure passed in as None is
-    missing (the caller's reasons).
+    buffer, to say how far past it a queue went; ``input_buffers``, in mode ib-credit, each
+    input's credit buffer, likewise. ``switches``: the fabric's, each of whose agents must
+    have written telemetry. ``unmeasured``: why a figure passed in as None is missing.
 
     A figure is zero when there was nothing to measure (no lossless packet passed, no pause
     was applied) and None, with its reason, when there was and it was not measured."""
@@ -312,6 +328,8 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
         host_loss=host_loss,
         phantom_below_bytes=peak(below, "phantom_below") if ok_series else None,
         buffer_exceeded_bytes=exceeded if ok_series else None,
+        credit_overrun_bytes=(_credit_overrun(series, credited, input_buffers or {}, why)
+                              if ok_series and credited else None),
         bmv2_lag_us=peak(lag, "bmv2_lag") if ok_series else None,
         bmv2_stall_us=peak(stall, "bmv2_stall") if ok_series else None,
         agent_reaction_us=(max((int(e.reaction_us) for e in applied

@@ -23,6 +23,12 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   held for it) went past its configured buffer. Past it, a real switch with this headroom
   would have dropped; the emulation keeps a slack beyond it (``qos.pfc.emulation_slack_ms``)
   so that its own delays do not read as a protocol result, and says so here.
+* ``credit_overrun`` (mode ib-credit): how far an input's occupancy in the kernel (its FIFOs
+  at every output of the switch) went past its credit buffer (``qos.credit.buffer_bytes``). An
+  IB port never sends what the next hop's buffer has no room for; past it, the port before
+  sent beyond its credit, which here happens only when a grant races the frames leaving its
+  gate (testbed.agent.credit). What BMv2 held of the input is not in the kernel's count, so
+  an overrun hidden inside BMv2 goes unseen.
 * ``phantom_below``: how far the program's phantom queue stood below the switch's real
   occupancy at a resync. Whatever it hides, XOFF comes late by as much, and it is taken out of
   the headroom; beyond the headroom a drop is possible.
@@ -66,9 +72,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-#: The checks that apply only while PFC is on; the others apply to every run.
+#: The checks that apply only while PFC is on, and only in mode ib-credit; the others apply
+#: to every run.
 LOSSLESS_ONLY = ("lossless_drops", "buffer_exceeded", "phantom_below", "bmv2_lag",
                  "bmv2_stall", "agent_reaction")
+CREDIT_ONLY = ("credit_overrun",)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class Figures:
     host_loss: int | None = None  # frames the endpoints lost at their own sockets
     phantom_below_bytes: int | None = None  # largest (occupancy - phantom) seen at a resync
     buffer_exceeded_bytes: int | None = None  # largest occupancy beyond a configured buffer
+    credit_overrun_bytes: int | None = None  # largest input occupancy beyond its credit buffer
     bmv2_lag_us: int | None = None
     bmv2_stall_us: int | None = None  # the longest a switch took to answer its agent
     agent_reaction_us: int | None = None
@@ -141,6 +150,8 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
             return
         if name == "host_lag" and not fig.hosts_pace:
             return
+        if name in CREDIT_ONLY and not fig.credit_enabled:
+            return
         if value is None:
             why = fig.unmeasured.get(name, "not measured")
             out.append(Check(name, False, None, limit, f"{name} unknown: {why}", "unknown"))
@@ -165,6 +176,10 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
         "a lossless queue held {v} bytes beyond its buffer (xoff + headroom per ingress "
         "port): a real switch with this headroom would have dropped them; the emulation's "
         "slack (qos.pfc.emulation_slack_ms) absorbed what its own delays let in")
+    add("credit_overrun", fig.credit_overrun_bytes, 0,
+        "an input held {v} bytes beyond its credit buffer (qos.credit.buffer_bytes) in the "
+        "kernel: the port before it sent past its credit, which an IB port never does (a "
+        "grant raced the frames leaving its gate)")
     add("phantom_below", fig.phantom_below_bytes, budget.headroom_bytes,
         "the P4 phantom queue stood {v} bytes below the real occupancy, more than the "
         "{lim}-byte headroom covers")

@@ -69,6 +69,9 @@ TELEMETRY_COLUMNS = [
     ("bmv2_answer_max_us", "the switch: the longest its agent waited for BMv2 to answer a "
                            "register read (asked every sample), among the answers since the "
                            "previous sample: a stalled switch answers late"),
+    ("input_max_bytes", "mode ib-credit, credited classes: the most the input on this port held "
+                        "of the class in the kernel (its FIFOs at every output of the switch) "
+                        "at a credit period since the previous sample"),
 ]
 EVENT_COLUMNS = [
     ("t_s", "when, on the run's clock"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
@@ -156,19 +159,20 @@ class TelemetryRow:
     bmv2_lag_max_us: int | None = None
     wd_dropped: int | None = None
     bmv2_answer_max_us: int | None = None
+    input_max_bytes: int | None = None
 
     WRITE: ClassVar[dict[str, Callable[[Any], str]]] = {
         "t_s": _fixed(4), "paused": lambda v: "1" if v else "0", "paused_s": _fixed(4),
         "phantom_drift_bytes": _optional(str), "held_bytes": _optional(str),
         "phantom_below_max_bytes": _optional(str), "occupancy_max_bytes": _optional(str),
         "bmv2_lag_max_us": _optional(str), "wd_dropped": _optional(str),
-        "bmv2_answer_max_us": _optional(str)}
+        "bmv2_answer_max_us": _optional(str), "input_max_bytes": _optional(str)}
     READ: ClassVar[dict[str, Callable[[str], Any]]] = {
         "t_s": float, "switch": str, "paused": _flag, "paused_s": float,
         "phantom_drift_bytes": _opt_int, "held_bytes": _opt_int,
         "phantom_below_max_bytes": _opt_int, "occupancy_max_bytes": _opt_int,
         "bmv2_lag_max_us": _opt_int, "wd_dropped": _opt_int,
-        "bmv2_answer_max_us": _opt_int}
+        "bmv2_answer_max_us": _opt_int, "input_max_bytes": _opt_int}
 
     @property
     def queue(self) -> QueueId:

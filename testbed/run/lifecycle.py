@@ -36,7 +36,7 @@ from testbed.results.files import (
 )
 from testbed.results.summary import read_fabric_summary
 from testbed.topology.graph import Topology
-from testbed.topology.qos import lossless_buffers, queue_profiles
+from testbed.topology.qos import credit_buffers, lossless_buffers, queue_profiles
 
 Progress = Callable[[str], None]
 
@@ -208,7 +208,8 @@ class Run:
                                     hosts_pace=hosts_pace, host_lag_host=host_lag_host,
                                     host_lag_longest_ms=host_lag_longest_ms,
                                     unmeasured=why,
-                                    credited=list(self.cfg.qos.credit_enable))
+                                    credited=list(self.cfg.qos.credit_enable),
+                                    input_buffers=credit_buffers(self.cfg, self.topo))
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a killed agent's half CSV
             self.progress(f"telemetry summary not made: {exc}")

@@ -230,6 +230,14 @@ def credit_buffer_bytes(qos: QosConfig, rate_mbps: float, mtu: int = DEFAULT_MTU
     return min(prof.xoff + prof.headroom, MAX_CREDIT_BUFFER_BYTES)
 
 
+def credit_buffers(cfg: FabricConfig, topo: Topology) -> dict[tuple[str, int, int], int]:
+    """Mode ib-credit: (switch, input port, class) -> the credit buffer of every credited
+    class's input (what the switch advertises room for)."""
+    q = cfg.qos
+    return {(sw.name, p.number, tc): credit_buffer_bytes(q, p.rate_mbps, topo.mtu)
+            for sw in topo.switches for p in sw.ports.values() for tc in q.credit_enable}
+
+
 def lossless_buffers(cfg: FabricConfig, topo: Topology) -> dict[tuple[str, int, int], int]:
     """(switch, port, class) -> the configured buffer of every lossless queue (what a real
     switch with this headroom holds; the kernel limit adds the emulation's slack)."""
