@@ -3,7 +3,7 @@ runs here on real BMv2 switches (as `testbed run` runs it), then one figure per 
 into docs/phenomena/NAME.png and the figures its caption quotes into docs/phenomena/NAME.json,
 with the fidelity verdict of every run it was drawn from (``fidelity``: run -> ok, reasons).
 
-    sudo .venv/bin/python docs/pictures.py                  # every picture, about 11 minutes
+    sudo .venv/bin/python docs/pictures.py                  # every picture, about 12 minutes
     sudo .venv/bin/python docs/pictures.py incast ecmp      # some of them
     sudo .venv/bin/python docs/pictures.py --keep runs/     # and keep the runs' folders
     .venv/bin/python docs/pictures.py --runs runs/          # draw again from kept runs
@@ -42,8 +42,10 @@ from testbed.analysis.phenomena import (  # noqa: E402
     pfc_frames_sent,
     retransmitted,
 )
+from testbed.fabric.measure import peer_ports  # noqa: E402
 from testbed.machine.state import fabric_lock  # noqa: E402
-from testbed.run.scenario import parse_scenario  # noqa: E402
+from testbed.results.telemetry import run_telemetry  # noqa: E402
+from testbed.run.scenario import load_scenario, parse_scenario  # noqa: E402
 from testbed.run.scenario_run import run_scenario  # noqa: E402
 
 OUT = REPO / "docs" / "phenomena"
@@ -285,8 +287,60 @@ def storm(runs: Runs, out: Path) -> None:
     _save(fig, "storm", figures, runs, out)
 
 
+#: scenarios/credit-loop*.yaml's cycle: each (switch, toward) is the egress queue holding what
+#: the next switch on the cycle will not take.
+CYCLE = [("leaf1", "spine1"), ("spine1", "leaf2"), ("leaf2", "spine2"), ("spine2", "leaf1")]
+
+
+def _cycle_held(run_dir: Path, summary: dict, name: str
+                ) -> tuple[list[float], list[float], float]:
+    """The bytes the cycle's four queues held together at each sample time, and when the last
+    of them last sent (seconds since the senders started)."""
+    topo = load_scenario(REPO / "scenarios" / f"{name}.yaml").topo
+    queues = {(sw, peer_ports(topo, sw, to)[0], 3) for sw, to in CYCLE}
+    t0 = run_start(summary)
+    held: dict[float, float] = {}
+    last: dict[tuple, int] = {}
+    sent: dict[tuple, tuple[int, float]] = {}
+    for r in sorted((r for r in run_telemetry(run_dir) if r.queue in queues),
+                    key=lambda r: r.t_s):
+        last[r.queue] = r.backlog_bytes
+        held[round(r.t_s - t0, 1)] = sum(last.values()) / 1e3
+        if sent.get(r.queue, (None,))[0] != r.sent_packets:
+            sent[r.queue] = (r.sent_packets, r.t_s - t0)
+    return list(held), list(held.values()), round(max(t for _n, t in sent.values()), 2)
+
+
+def credit_loop(runs: Runs, out: Path) -> None:
+    plt = _plt()
+    fig, (ax_g, ax_q) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    figures = {}
+    for name, label in (("credit-loop-pfc", "PFC"), ("credit-loop", "credits (ib-credit)")):
+        summary, d = runs(name)
+        t, total = _total(flow_goodput(d, summary))
+        ax_g.plot(t, total, label=label)
+        t, held, locked = _cycle_held(d, summary, name)
+        ax_q.plot(t, held, label=label)
+        dl = summary["deadlock"]
+        figures[name] = {"deadlock": dl["deadlock"], "cycle_last_sent_s": locked,
+                         "stuck_after_stop": len(dl["stuck_after_stop"]),
+                         "delivered_mb": round(delivered_bytes(summary) / 1e6, 2),
+                         "pfc_frames": pfc_frames_sent(summary),
+                         "wait_link_s": summary["headline"]["pause_s"],
+                         "lossless_drops": summary["kernel_drops_lossless"]}
+    ax_g.set_ylabel("goodput, all flows (Mbit/s)")
+    ax_g.set_title("one cyclic buffer dependency, two flow controls: both lock", fontsize=10)
+    ax_q.set_ylabel("held on the cycle (KB)")
+    ax_q.set_xlabel("seconds since the senders started")
+    for ax in (ax_g, ax_q):
+        ax.axvline(4.5, color="grey", linestyle=":", label="senders stop")
+        ax.legend(fontsize=8)
+    _save(fig, "credit-loop", figures, runs, out)
+
+
 PICTURES = {"incast": incast, "victim": victim, "ecmp": ecmp, "loss": loss,
-            "fairness": fairness, "slow-receiver": slow_receiver, "storm": storm}
+            "fairness": fairness, "slow-receiver": slow_receiver, "storm": storm,
+            "credit-loop": credit_loop}
 
 
 def main() -> None:
