@@ -396,16 +396,16 @@ def test_a_host_kept_from_its_core_in_slices_is_flagged(tmp_path: Path) -> None:
 
 #: A run in mode ib-credit that kept up: PFC off, class 3 credited.
 CREDIT = Figures(pfc_enabled=False, credit_enabled=True, lossless_drops=0, pipeline_drops=0,
-                 hidden_loss=0, host_loss=0, credit_overrun_bytes=0, host_lag_pct=0.3,
-                 cpu_saturated_s=0.2)
+                 hidden_loss=0, host_loss=0, credit_overrun_bytes=0, bmv2_stall_us=2000,
+                 host_lag_pct=0.3, cpu_saturated_s=0.2)
 
 
 def test_credit_overrun_applies_in_mode_ib_credit_alone() -> None:
     v = assess(CREDIT, BUDGET)
     assert v["ok"], v
     assert {c["name"] for c in v["checks"]} == {"lossless_drops", "credit_overrun",
-                                                "pipeline_drops", "hidden_loss", "host_loss",
-                                                "host_lag", "cpu_saturated"}
+                                                "bmv2_stall", "pipeline_drops", "hidden_loss",
+                                                "host_loss", "host_lag", "cpu_saturated"}
     over = assess(replace(CREDIT, credit_overrun_bytes=4170), BUDGET)
     assert not over["ok"] and over["reasons"] == [
         "an input held 4170 bytes beyond its credit buffer (qos.credit.buffer_bytes) in the "

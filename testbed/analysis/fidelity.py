@@ -40,7 +40,8 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   (asked every sample, busy or idle). A switch that stalls holds nothing inside it to time:
   what arrives waits in front of it, in its ports' sockets, where ``bmv2_lag`` cannot see it,
   so the stall itself is measured, against the same ``fidelity.bmv2_lag_ms``. A frozen agent
-  reads its answers late too, so this also says the agent stalled.
+  reads its answers late too, so this also says the agent stalled. It applies in mode
+  ib-credit too, where a stalled switch holds credited frames and their credit's return.
 * ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part:
   an XOFF's (a late pause overfills the headroom) and an XON's (a late resume idles the link).
 * ``host_lag``: the largest share of a host's active time (it had a frame due) in which its
@@ -77,6 +78,10 @@ from typing import Literal
 LOSSLESS_ONLY = ("lossless_drops", "buffer_exceeded", "phantom_below", "bmv2_lag",
                  "bmv2_stall", "agent_reaction")
 CREDIT_ONLY = ("credit_overrun",)
+#: Of the lossless checks, those that apply in mode ib-credit too: its classes lose nothing
+#: either, and a switch that stalls holds credited frames as it holds PFC's. The others read
+#: PFC's phantoms, pauses and lossless packets.
+CREDITED_TOO = ("lossless_drops", "bmv2_stall")
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
 
     def add(name: str, value: float | int | None, limit: float | int, reason: str) -> None:
         if name in LOSSLESS_ONLY and not fig.pfc_enabled and not (
-                name == "lossless_drops" and fig.credit_enabled):
+                name in CREDITED_TOO and fig.credit_enabled):
             return
         if name == "host_lag" and not fig.hosts_pace:
             return
