@@ -123,3 +123,26 @@ def test_the_budget_prices_the_credit_frames() -> None:
     b = scenario_load(credit.cfg, credit.topo, credit.extras)
     assert b.switch_pps["leaf1"] - a.switch_pps["leaf1"] == pytest.approx(800)
     assert b.host_fps["h1"] - a.host_fps["h1"] == pytest.approx(100)
+
+
+def test_the_budget_prices_the_agents_credit_ticks() -> None:
+    """Every agent runs a credit tick every period, traffic or not: 100 more wake-ups a second
+    a switch at 10 ms, each priced as a calibrated wake-up."""
+    from testbed.budget.cores import Profile, demand
+    from testbed.budget.scenario import scenario_load
+
+    profile = Profile.model_validate({
+        "version": 2, "measured_at": "2026-12-07T00:00:00+00:00", "cpu_model": "test",
+        "cores": 2, "background_cores": 0.0,
+        "builds": {"fast": {"us_per_pass": 120.0, "idle_cores": 0.0, "binary": "x"}},
+        "endpoint_us_per_frame": 50.0, "endpoint_us_per_frame_per_qp": 2.0,
+        "endpoint_idle_cores": 0.0, "agent_us_per_wakeup": 400.0,
+        "agent_wakeups_per_s": 20.0})
+    plain = parse_scenario({**scenario(), "mode": "roce-lossless"})
+    credit = parse_scenario(scenario())
+    a = scenario_load(plain.cfg, plain.topo, plain.extras)
+    b = scenario_load(credit.cfg, credit.topo, credit.extras)
+    assert (a.agent_ticks_per_s, b.agent_ticks_per_s) == (0.0, pytest.approx(100))
+    # 4 switches x 20 wake-ups x 400 us, and then 4 x 120 x 400 us
+    assert demand(a, profile, "fast").agents == pytest.approx(0.032)
+    assert demand(b, profile, "fast").agents == pytest.approx(0.192)

@@ -7,7 +7,8 @@ measures each once (:mod:`testbed.run.calibrate`); here a load is priced with th
 
     cores needed = sum over switches (BMv2 idle + passes/s x CPU a pass)
                  + sum over hosts (endpoint idle + frames/s x CPU a frame at its QPs)
-                 + agents x wake-ups/s x CPU a wake-up
+                 + agents x wake-ups/s x CPU a wake-up (and in mode ib-credit, a credit tick
+                   every period each)
 
 where an endpoint's CPU a frame is the calibrated single QP's plus a measured increment for
 each further QP it holds (its requesters and responders: every QP adds its own timers, pacing
@@ -98,7 +99,8 @@ def demand(load: Load, profile: Profile, build: str) -> Demand:
         endpoints=n_hosts * profile.endpoint_idle_cores
         + sum(fps * endpoint_us_per_frame(profile, load.host_qps.get(h, 1))
               for h, fps in load.host_fps.items()) * 1e-6,
-        agents=n_sw * profile.agent_wakeups_per_s * profile.agent_us_per_wakeup * 1e-6)
+        agents=n_sw * (profile.agent_wakeups_per_s + load.agent_ticks_per_s)
+        * profile.agent_us_per_wakeup * 1e-6)
 
 
 def endpoint_us_per_frame(profile: Profile, qps: int) -> float:

@@ -87,6 +87,9 @@ class Load:
     host_qps: dict[str, int] = field(default_factory=dict)
     #: each flow's goodput in Mbit/s (payload bytes), summed over its QPs
     flow_mbps: dict[str, float] = field(default_factory=dict)
+    #: wake-ups a second each switch's agent makes beyond those the calibration measured
+    #: (mode ib-credit: a credit tick every credit period, traffic or not)
+    agent_ticks_per_s: float = 0.0
 
     @property
     def passes(self) -> float:
@@ -316,8 +319,12 @@ def add_credit_frames(load: Load, topo: Topology, period_s: float) -> None:
     """Mode ib-credit's credit frames (testbed.agent.credit), at most one a port a credit
     period while its books move, as the load's peak is taken: each switch's BMv2 passes its
     neighbours' frames and its own (its packet socket sees what its agent sends out of a port),
-    and each host's endpoint handles its leaf's."""
+    and each host's endpoint handles its leaf's; and the credit tick that makes them, which
+    every agent runs every period, priced as one more wake-up (benchmarks/mode_cpu.py measured
+    a tick at 155 us at rest and 265 us under the all-reduce, against this machine's 357 us a
+    calibrated wake-up)."""
     per_s = 1 / period_s
+    load.agent_ticks_per_s += per_s
     for sw in topo.switches:
         load.switch_pps[sw.name] = load.switch_pps.get(sw.name, 0.0) + 2 * len(sw.ports) * per_s
     for h in topo.hosts:
