@@ -417,6 +417,15 @@ def test_credit_overrun_applies_in_mode_ib_credit_alone() -> None:
     assert "credit_overrun" not in {c["name"] for c in assess(GOOD, BUDGET)["checks"]}
 
 
+def test_bmv2_lag_judges_a_credit_run_whose_classes_the_program_times() -> None:
+    """With every credited class ECN-marked the program keeps a phantom of it and times its
+    packets in BMv2: bmv2_lag applies; without ECN it times none, and a 0 would be no figure."""
+    timed = assess(replace(CREDIT, credit_timed=True, bmv2_lag_us=60_000), BUDGET)
+    assert not timed["ok"] and "BMv2 held a lossless packet 60000 us" in timed["reasons"][0]
+    untimed = assess(replace(CREDIT, bmv2_lag_us=0), BUDGET)
+    assert untimed["ok"] and "bmv2_lag" not in {c["name"] for c in untimed["checks"]}
+
+
 def test_credit_overrun_comes_from_the_inputs_peaks_against_their_buffers(
         tmp_path: Path) -> None:
     """input_max_bytes on a credited class's rows, against that input's credit buffer: the

@@ -262,15 +262,14 @@ def _reactions(events: list, why: dict[str, str]) -> tuple[list, int]:
 
 
 def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
-                     hidden_loss: int | None = None,
-                     buffers: dict[QueueId, int] | None = None,
-                     host_loss: int | None = None, *,
-                     pipeline_drops: int | None = None,
+                     hidden_loss: int | None = None, buffers: dict[QueueId, int] | None = None,
+                     host_loss: int | None = None, *, pipeline_drops: int | None = None,
                      switches: list[str] | None = None,
                      host_lag_pct: float | None = None, hosts_pace: bool = True,
                      host_lag_host: str | None = None, host_lag_longest_ms: float | None = None,
                      unmeasured: dict[str, str] | None = None, credited: list[int] | None = None,
-                     input_buffers: dict[QueueId, int] | None = None) -> Figures:
+                     input_buffers: dict[QueueId, int] | None = None,
+                     credit_timed: bool = False) -> Figures:
     """The figures the fidelity guard judges, from a results folder's telemetry (and what only
     the running fabric could tell: the hidden loss and the pipeline's drops from the switches'
     counters, the host loss from the endpoints). ``buffers``: each lossless queue's configured
@@ -320,7 +319,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
         why.setdefault("buffer_exceeded", "lossless packets passed, but no queue's occupancy "
                                           "was read against its buffer")
     return Figures(
-        pfc_enabled=bool(lossless), credit_enabled=bool(credited),
+        pfc_enabled=bool(lossless), credit_enabled=bool(credited), credit_timed=credit_timed,
         lossless_drops=(sum(s.drops for s in last + kept) - wd if ok_series and (last or kept)
                         else None),
         pipeline_drops=pipeline_drops,

@@ -36,6 +36,8 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   such a hold does to the buffers, ``phantom_below`` and ``buffer_exceeded`` judge; but a switch
   that holds packets that long no longer keeps the protocol's time: past ``fidelity.bmv2_lag_ms``
   the hold is a sizeable part of the scaled DCQCN timers and of the watchdog's polling interval.
+  In mode ib-credit it applies when every credited class is ECN-marked: the program times the
+  packets of the queues it keeps a phantom of, and keeps one of a class only to mark or pause.
 * ``bmv2_stall``: the longest a switch's agent waited for BMv2 to answer its register reads
   (asked every sample, busy or idle). A switch that stalls holds nothing inside it to time:
   what arrives waits in front of it, in its ports' sockets, where ``bmv2_lag`` cannot see it,
@@ -79,8 +81,9 @@ LOSSLESS_ONLY = ("lossless_drops", "buffer_exceeded", "phantom_below", "bmv2_lag
                  "bmv2_stall", "agent_reaction")
 CREDIT_ONLY = ("credit_overrun",)
 #: Of the lossless checks, those that apply in mode ib-credit too: its classes lose nothing
-#: either, and a switch that stalls holds credited frames as it holds PFC's. The others read
-#: PFC's phantoms, pauses and lossless packets.
+#: either, and a switch that stalls holds credited frames as it holds PFC's; and bmv2_lag
+#: where the program keeps a phantom of every credited class (ECN marks them), since it times
+#: the packets of those queues only. The others read PFC's phantoms, pauses and XOFFs.
 CREDITED_TOO = ("lossless_drops", "bmv2_stall")
 
 
@@ -93,6 +96,9 @@ class Figures:
     #: mode ib-credit: classes under credit flow control, which must lose nothing too
     #: (lossless_drops); the other lossless checks read PFC's phantoms and pauses
     credit_enabled: bool = False
+    #: mode ib-credit, every credited class ECN-marked: the program times their packets in
+    #: BMv2 (a phantom queue each), so bmv2_lag applies
+    credit_timed: bool = False
     lossless_drops: int | None = None  # lossless-class drops that were not the watchdog's
     pipeline_drops: int | None = None
     hidden_loss: int | None = None
@@ -150,8 +156,8 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
     out: list[Check] = []
 
     def add(name: str, value: float | int | None, limit: float | int, reason: str) -> None:
-        if name in LOSSLESS_ONLY and not fig.pfc_enabled and not (
-                name in CREDITED_TOO and fig.credit_enabled):
+        if name in LOSSLESS_ONLY and not fig.pfc_enabled and not (fig.credit_enabled and (
+                name in CREDITED_TOO or (name == "bmv2_lag" and fig.credit_timed))):
             return
         if name == "host_lag" and not fig.hosts_pace:
             return

@@ -193,6 +193,7 @@ class Run:
 
         out = self.results_dir / TELEMETRY_DIR / FABRIC_SUMMARY_FILE
         why = dict(self.unmeasured)
+        credited = set(self.cfg.qos.credit_enable)
         if host_loss is None:
             why["host_loss"] = host_loss_unknown or "the endpoints' losses were not read"
         if host_lag_pct is None and hosts_pace:
@@ -208,8 +209,10 @@ class Run:
                                     hosts_pace=hosts_pace, host_lag_host=host_lag_host,
                                     host_lag_longest_ms=host_lag_longest_ms,
                                     unmeasured=why,
-                                    credited=list(self.cfg.qos.credit_enable),
-                                    input_buffers=credit_buffers(self.cfg, self.topo))
+                                    credited=sorted(credited),
+                                    input_buffers=credit_buffers(self.cfg, self.topo),
+                                    credit_timed=bool(credited) and credited <= set(
+                                        self.cfg.qos.ecn))
             summary["fidelity"] = assess(figs, fidelity_budgets(self.cfg, self.topo))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a killed agent's half CSV
             self.progress(f"telemetry summary not made: {exc}")
