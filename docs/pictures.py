@@ -31,6 +31,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from testbed.analysis.deadlock import routed_queues  # noqa: E402
 from testbed.analysis.headline_series import flow_goodput, run_pfc_frames, run_start  # noqa: E402
 from testbed.analysis.phenomena import (  # noqa: E402
     delivered_bytes,
@@ -42,7 +43,6 @@ from testbed.analysis.phenomena import (  # noqa: E402
     pfc_frames_sent,
     retransmitted,
 )
-from testbed.fabric.measure import peer_ports  # noqa: E402
 from testbed.machine.state import fabric_lock  # noqa: E402
 from testbed.results.telemetry import run_telemetry  # noqa: E402
 from testbed.run.scenario import load_scenario, parse_scenario  # noqa: E402
@@ -287,17 +287,13 @@ def storm(runs: Runs, out: Path) -> None:
     _save(fig, "storm", figures, runs, out)
 
 
-#: scenarios/credit-loop*.yaml's cycle: each (switch, toward) is the egress queue holding what
-#: the next switch on the cycle will not take.
-CYCLE = [("leaf1", "spine1"), ("spine1", "leaf2"), ("leaf2", "spine2"), ("spine2", "leaf1")]
-
-
 def _cycle_held(run_dir: Path, summary: dict, name: str
                 ) -> tuple[list[float], list[float], float]:
-    """The bytes the cycle's four queues held together at each sample time, and when the last
-    of them last sent (seconds since the senders started)."""
-    topo = load_scenario(REPO / "scenarios" / f"{name}.yaml").topo
-    queues = {(sw, peer_ports(topo, sw, to)[0], 3) for sw, to in CYCLE}
+    """The bytes the cycle's four queues (those its bounce routes send through) held together
+    at each sample time, and when the last of them last sent (seconds since the senders
+    started)."""
+    sc = load_scenario(REPO / "scenarios" / f"{name}.yaml")
+    queues = routed_queues(sc.topo, sc.extras.routes, 3)
     t0 = run_start(summary)
     held: dict[float, float] = {}
     last: dict[tuple, int] = {}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.analysis.deadlock import load_events, load_telemetry, stalls
+from testbed.analysis.deadlock import load_events, load_telemetry, routed_queues, stalls
 from testbed.analysis.fidelity import verdict_problem
 from testbed.fabric.measure import peer_ports
 from testbed.run.scenario import Scenario, load_scenario
@@ -32,13 +32,13 @@ REPO = Path(__file__).resolve().parent.parent
 RUNS = 5
 #: Scheduling slack on this 2-core machine, on top of SONiC's detection bound.
 SLACK_S = 0.05
-#: The four buffers of the scenario's cycle, as (switch, toward): each is the egress queue
-#: that holds what the next switch on the cycle will not take.
-CYCLE = [("leaf1", "spine1"), ("spine1", "leaf2"), ("leaf2", "spine2"), ("spine2", "leaf1")]
 
 
 def cycle_queues(sc: Scenario) -> set[tuple[str, int, int]]:
-    return {(sw, peer_ports(sc.topo, sw, to)[0], 3) for sw, to in CYCLE}
+    """The four buffers of the scenario's cycle: the class-3 queues its bounce routes send
+    through, each the egress queue that holds what the next switch on the cycle will not
+    take."""
+    return routed_queues(sc.topo, sc.extras.routes, 3)
 
 
 def run(name: str, tmp: Path) -> tuple[Scenario, dict, Path]:

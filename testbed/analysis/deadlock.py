@@ -15,8 +15,10 @@ events (``telemetry/<switch>.events.csv``), all on the run's clock, read with
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed.analysis.fidelity import Figures, longest_run
 from testbed.results.telemetry import (
@@ -28,6 +30,7 @@ from testbed.results.telemetry import (
     run_events,
     run_telemetry,
 )
+from testbed.topology.graph import Topology
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,14 @@ def pause_reactions_us(run_dir: Path, events: list[EventRow] | None = None) -> l
 def load_events(run_dir: Path) -> list[EventRow]:
     """Every switch's events, in time order."""
     return sorted(run_events(run_dir), key=lambda e: e.t_s)
+
+
+def routed_queues(topo: Topology, routes: Iterable[Any], tc: int) -> set[QueueId]:
+    """Class ``tc``'s queues that a scenario's static routes (``routes:``, each a switch and its
+    next hop ``via``) send through. The deadlock scenarios' bounce routes close a loop, so these
+    are the buffers of their cycle (scenarios/deadlock-watchdog-off.yaml, credit-loop.yaml)."""
+    return {(r.switch, p.number, tc) for r in routes
+            for p in topo.switch(r.switch).ports.values() if p.peer == r.via}
 
 
 def stuck_queues(series: dict[QueueId, list[TelemetryRow]], start_s: float, end_s: float,
