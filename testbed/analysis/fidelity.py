@@ -76,14 +76,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 #: The checks that apply only while PFC is on, and only in mode ib-credit; the others apply
-#: to every run.
+#: to every run (:func:`applies`).
 LOSSLESS_ONLY = ("lossless_drops", "buffer_exceeded", "phantom_below", "bmv2_lag",
                  "bmv2_stall", "agent_reaction")
 CREDIT_ONLY = ("credit_overrun",)
 #: Of the lossless checks, those that apply in mode ib-credit too: its classes lose nothing
-#: either, and a switch that stalls holds credited frames as it holds PFC's; and bmv2_lag
-#: where the program keeps a phantom of every credited class (ECN marks them), since it times
-#: the packets of those queues only. The others read PFC's phantoms, pauses and XOFFs.
+#: either, and a switch that stalls holds credited frames as it holds PFC's. The others read
+#: PFC's phantoms, pauses and XOFFs, but bmv2_lag, which applies where the program times the
+#: credited classes' packets (``Figures.credit_timed``).
 CREDITED_TOO = ("lossless_drops", "bmv2_stall")
 
 
@@ -94,7 +94,7 @@ class Figures:
 
     pfc_enabled: bool
     #: mode ib-credit: classes under credit flow control, which must lose nothing too
-    #: (lossless_drops); the other lossless checks read PFC's phantoms and pauses
+    #: (which of the lossless checks apply to them: :data:`CREDITED_TOO`)
     credit_enabled: bool = False
     #: mode ib-credit, every credited class ECN-marked: the program times their packets in
     #: BMv2 (a phantom queue each), so bmv2_lag applies
@@ -150,18 +150,25 @@ class Check:
     status: Status = "ok"
 
 
+def applies(name: str, fig: Figures) -> bool:
+    """Whether check ``name`` judges a run with these figures' mode and hosts."""
+    if name == "host_lag":
+        return fig.hosts_pace
+    if name in CREDIT_ONLY:
+        return fig.credit_enabled
+    if name not in LOSSLESS_ONLY or fig.pfc_enabled:
+        return True
+    return fig.credit_enabled and (name in CREDITED_TOO or (
+        name == "bmv2_lag" and fig.credit_timed))
+
+
 def checks(fig: Figures, budget: Budgets) -> list[Check]:
     """Every check that applies to the run (the lossless ones while PFC is on), measured or
     not: one not measured is ``unknown``."""
     out: list[Check] = []
 
     def add(name: str, value: float | int | None, limit: float | int, reason: str) -> None:
-        if name in LOSSLESS_ONLY and not fig.pfc_enabled and not (fig.credit_enabled and (
-                name in CREDITED_TOO or (name == "bmv2_lag" and fig.credit_timed))):
-            return
-        if name == "host_lag" and not fig.hosts_pace:
-            return
-        if name in CREDIT_ONLY and not fig.credit_enabled:
+        if not applies(name, fig):
             return
         if value is None:
             why = fig.unmeasured.get(name, "not measured")
