@@ -205,7 +205,7 @@ def run_once(shape_text: str, load: str, rate: float, variant: str, seconds: flo
     with fabric_lock():  # waits for a test or another run with a fabric up
         cpu = RoleCpu(variant)  # after the wait: only this run's processes
         cpu.start()
-        window = _Window(cpu, seconds)
+        window = Window(cpu, seconds)
         try:
             result = run_scenario(sc, root, progress=window.progress)
         finally:
@@ -237,18 +237,18 @@ def _telemetry_fidelity(run_dir: Path) -> dict:
         return {"ok": None, "reasons": ["no fidelity verdict"]}
 
 
-class _Window:
-    """The flows' sending window (from 0.5 s after the run's "running for" line, for the
-    flows' ``seconds``): the role CPU is read at its two ends."""
+class Window:
+    """A window of the run (from ``lead_s`` after its "running for" line, for ``seconds``; by
+    default the flows' sending window): the role CPU is read at its two ends."""
 
-    def __init__(self, cpu: RoleCpu, seconds: float) -> None:
-        self.cpu, self.seconds = cpu, seconds
+    def __init__(self, cpu: RoleCpu, seconds: float, lead_s: float = FLOW_START_S) -> None:
+        self.cpu, self.seconds, self.lead_s = cpu, seconds, lead_s
         self.timers: list[threading.Timer] = []
 
     def progress(self, line: str) -> None:
         if line.startswith("running for") and not self.timers:
-            self.timers = [threading.Timer(FLOW_START_S, self.cpu.mark, ("start",)),
-                           threading.Timer(FLOW_START_S + self.seconds, self.cpu.mark,
+            self.timers = [threading.Timer(self.lead_s, self.cpu.mark, ("start",)),
+                           threading.Timer(self.lead_s + self.seconds, self.cpu.mark,
                                            ("stop",))]
             for t in self.timers:
                 t.start()

@@ -19,12 +19,11 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import yaml
 
-from benchmarks.all_host import ROLES, RoleCpu
+from benchmarks.all_host import ROLES, RoleCpu, Window
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
@@ -47,19 +46,11 @@ def run_once(data: dict, label: str, root: Path) -> dict:
     with fabric_lock():
         cpu = RoleCpu()
         cpu.start()
-        timers: list[threading.Timer] = []
-
-        def progress(line: str) -> None:
-            if line.startswith("running for") and not timers:
-                cpu.mark("start")
-                timers.append(threading.Timer(seconds, cpu.mark, ("stop",)))
-                timers[0].start()
-
+        window = Window(cpu, seconds, lead_s=0.0)  # the whole "running for" window
         try:
-            res = run_scenario(sc, root / label, progress=progress)
+            res = run_scenario(sc, root / label, progress=window.progress)
         finally:
-            for t in timers:
-                t.cancel()
+            window.cancel()
             cpu.stop()
     marks = cpu.marks
     used = ({r: round((marks["stop"][r] - marks["start"][r]) / seconds, 3) for r in ROLES}
