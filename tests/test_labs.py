@@ -259,6 +259,16 @@ def test_dcqcn_checks(tmp_path: Path) -> None:
              flows, qp_rows=rows)
     v = {ln.spec.id: ln.verdict for ln in grade(find_lab(3), tmp_path, tmp_path / "off")}
     assert not v["reacted"].ok and "dcqcn: true" in v["reacted"].hint
+    # DCQCN off, and PFC alone starved the third sender (as one run of the broken file did):
+    # the hint is still DCQCN's, not the generic "moved almost no bytes".
+    starved = {**flows, **flow("third", "h3", "h4", 12, 262_144, cnps=0)}
+    rows3 = {**rows, "h3": qp_series(12, 0.5e6, 8.0, 3.5, rate_bps=10e6, cnps_received=0)}
+    fake_run(tmp_path / "starved", "lab03-dcqcn",
+             {"duration_s": 7, "endpoints": {"dcqcn": False}}, starved, qp_rows=rows3)
+    v = {ln.spec.id: ln.verdict for ln in grade(find_lab(3), tmp_path, tmp_path / "starved")}
+    assert "moved almost no bytes" not in v["reacted"].reason + v["fair"].reason
+    assert not v["reacted"].ok and "dcqcn: true" in v["reacted"].hint
+    assert not v["fair"].ok and "DCQCN on" in v["fair"].hint
 
 
 def _lab3_shares(tmp: Path, rates: dict[str, float], cnps: dict[str, int],

@@ -140,11 +140,17 @@ def marks_moved(ctx: Context, run: RunData, baseline: str, receiver: str, tc: in
 @check("dcqcn_reacted")
 def dcqcn_reacted(ctx: Context, run: RunData, flows: list[str],
                   max_rate_fraction: float = 0.6) -> Verdict:
-    """Every named flow's senders got CNPs and DCQCN cut their rate below the line rate."""
-    if (bad := moved(run)) is not None:
-        return bad
+    """Every named flow's senders got CNPs and DCQCN cut their rate below the line rate.
+
+    DCQCN off is said before a starved flow: with PFC alone, which pauses whole ports and
+    classes and not flows, one of the senders can be starved at the congested port (one run of
+    lab 3's broken file left its third flow 262,144 bytes in 4.2 s), so a file that turns DCQCN
+    off may starve a flow as well as leave the rates uncut; the lesson is the same, turn it on.
+    The fairness question below says the same first, for the same reason."""
     if not _dcqcn_on(run):
         return failed("DCQCN is off in this run", "endpoints: {dcqcn: true}")
+    if (bad := moved(run)) is not None:
+        return bad
     line = run.host_rate_bps()
     for f in flows:
         st = dcqcn_state(run, f)
@@ -184,6 +190,9 @@ def fair_share(ctx: Context, run: RunData, flows: list[str], from_s: float, to_s
     QP's rate after the first cuts depends on when its CNPs came, at most one a QP per CNP
     interval, 200 ms at 10 Mbit/s, and the additive increase that evens shares out takes tens
     of seconds at this scale), while a starved flow means the setup is wrong."""
+    if not _dcqcn_on(run):
+        return failed("DCQCN is off in this run",
+                      "this question is about DCQCN's shares: run it with DCQCN on")
     if (bad := moved(run)) is not None:
         return bad
     missing = [f for f in flows if f not in run.summary.get("flows", {})]
@@ -194,8 +203,6 @@ def fair_share(ctx: Context, run: RunData, flows: list[str], from_s: float, to_s
     each = ", ".join(f"{f} {r / 1e6:.1f}" for f, r in zip(flows, rates, strict=True))
     msg = (f"{each} Mbit/s over {from_s:g}-{to_s:g} s, Jain's index {jain_index(rates):.2f}; "
            f"the least {min(rates) / equal if equal else 0:.0%} of an equal share")
-    if not _dcqcn_on(run):
-        return failed(msg, "this question is about DCQCN's shares: run it with DCQCN on")
     if min(rates) == 0 or not _dcqcn_cut_each(run, flows):
         return failed(msg, "all flows must be sending then, to one receiver, with DCQCN on")
     if min(rates) < min_share * equal:
