@@ -30,16 +30,17 @@ BUDGET = Budgets(headroom_bytes=40_000, reaction_us=20_000, bmv2_lag_us=50_000,
                  cpu_saturated_s=1.0, steal_note_pct=5.0)
 GOOD = Figures(pfc_enabled=True, lossless_drops=0, pipeline_drops=0, hidden_loss=0,
                host_loss=0, phantom_below_bytes=3000, buffer_exceeded_bytes=0,
-               bmv2_lag_us=5000, bmv2_stall_us=2000, agent_reaction_us=900,
-               host_lag_pct=0.3, cpu_saturated_s=0.2)
+               bmv2_lag_us=5000, bmv2_stall_us=2000, agent_stall_us=3000,
+               agent_reaction_us=900, host_lag_pct=0.3, cpu_saturated_s=0.2)
 EVERY_CHECK = {"lossless_drops", "pipeline_drops", "hidden_loss", "host_loss", "buffer_exceeded",
-               "phantom_below", "bmv2_lag", "bmv2_stall", "agent_reaction", "host_lag",
-               "cpu_saturated"}
+               "phantom_below", "bmv2_lag", "bmv2_stall", "agent_stall", "agent_reaction",
+               "host_lag", "cpu_saturated"}
 #: Figures passed in by name -> the check they feed.
 FIELD_CHECK = {"lossless_drops": "lossless_drops", "pipeline_drops": "pipeline_drops",
                "hidden_loss": "hidden_loss", "host_loss": "host_loss",
                "phantom_below_bytes": "phantom_below", "buffer_exceeded_bytes": "buffer_exceeded",
                "bmv2_lag_us": "bmv2_lag", "bmv2_stall_us": "bmv2_stall",
+               "agent_stall_us": "agent_stall",
                "agent_reaction_us": "agent_reaction", "host_lag_pct": "host_lag",
                "cpu_saturated_s": "cpu_saturated"}
 
@@ -61,6 +62,7 @@ def test_a_faithful_run_passes_every_check() -> None:
     ("buffer_exceeded_bytes", 5000, "held 5000 bytes beyond its buffer"),
     ("bmv2_lag_us", 50_001, "BMv2 held a lossless packet 50001 us"),
     ("bmv2_stall_us", 400_000, "a switch took 400000 us to answer its agent"),
+    ("agent_stall_us", 213_000, "a switch agent read BMv2's answer 213000 us after it came"),
     ("agent_reaction_us", 20_001, "took 20001 us to apply a PFC frame"),
     ("host_lag_pct", 2.5, "a host's NIC stood idle 2.5% of the time it had a frame due"),
     ("cpu_saturated_s", 1.5, "busy for 1.5 s at a stretch"),
@@ -206,12 +208,14 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
     its drop action discarded (wd_dropped) is excused: the rest (here 10, dropped before the
     detection) count."""
     rows = [_sample(1.0, 3, 0, phantom_below_max_bytes=700,
-                    occupancy_max_bytes=150_000, bmv2_lag_max_us=3000, bmv2_answer_max_us=800),
+                    occupancy_max_bytes=150_000, bmv2_lag_max_us=3000, bmv2_answer_max_us=800,
+                    agent_late_max_us=2500),
             replace(_sample(1.1, 3, 2, phantom_below_max_bytes=4200,
                             occupancy_max_bytes=90_000, bmv2_lag_max_us=9000,
-                            bmv2_answer_max_us=1500),
+                            bmv2_answer_max_us=1500, agent_late_max_us=700),
                     sent_packets=40),
-            _sample(1.1, 0, 50, bmv2_lag_max_us=9000, bmv2_answer_max_us=1500),
+            _sample(1.1, 0, 50, bmv2_lag_max_us=9000, bmv2_answer_max_us=1500,
+                    agent_late_max_us=700),
             replace(_sample(1.1, 3, 40, wd_dropped=30), port=2)]
     events = [EventRow(t, "leaf1", 1, 3, what, quanta, us)
               for t, what, quanta, us in [(1.0, "pause", 65535, 800), (1.2, "resume", 0, 1900),
@@ -224,8 +228,9 @@ def test_figures_come_from_the_results_folder(tmp_path: Path) -> None:
                          switches=["leaf1"])
     assert f == Figures(pfc_enabled=True, lossless_drops=12, pipeline_drops=0, hidden_loss=0,
                         host_loss=3, phantom_below_bytes=4200, buffer_exceeded_bytes=10_000,
-                        bmv2_lag_us=9000, bmv2_stall_us=1500, agent_reaction_us=1900,
-                        cpu_saturated_s=0.4, steal_pct=4.0, steal_peak_pct=8.0,
+                        bmv2_lag_us=9000, bmv2_stall_us=1500, agent_stall_us=2500,
+                        agent_reaction_us=1900, cpu_saturated_s=0.4, steal_pct=4.0,
+                        steal_peak_pct=8.0,
                         watchdog_drops=30)
 
 
@@ -245,7 +250,7 @@ def test_no_lossless_packet_to_measure_is_zero_not_unknown(tmp_path: Path) -> No
                          switches=["leaf1"], host_lag_pct=0.0)
     assert assess(f, BUDGET)["ok"], assess(f, BUDGET)
     assert (f.phantom_below_bytes, f.buffer_exceeded_bytes, f.bmv2_lag_us, f.bmv2_stall_us,
-            f.agent_reaction_us, f.lossless_drops) == (0, 0, 0, 0, 0, 0)
+            f.agent_stall_us, f.agent_reaction_us, f.lossless_drops) == (0, 0, 0, 0, 0, 0, 0)
 
 
 @pytest.mark.parametrize(("case", "check", "words"), [
@@ -258,7 +263,7 @@ def test_each_gap_in_the_folder_is_unknown_with_why(tmp_path: Path, case: str, c
                                                     words: str) -> None:
     busy = replace(_sample(1.0, 3, 0), sent_packets=10)
     measured = replace(busy, phantom_below_max_bytes=10, occupancy_max_bytes=10,
-                       bmv2_lag_max_us=10, bmv2_answer_max_us=10)
+                       bmv2_lag_max_us=10, bmv2_answer_max_us=10, agent_late_max_us=10)
     rows = [busy] if case == "views_never_read" else [measured]
     events = [EventRow(1.0, "leaf1", 1, 3, "pause", 100, None if case == "blind_pause" else 5)]
     _folder(tmp_path, rows, events, cpu=case != "no_cpu")
@@ -397,14 +402,15 @@ def test_a_host_kept_from_its_core_in_slices_is_flagged(tmp_path: Path) -> None:
 #: A run in mode ib-credit that kept up: PFC off, class 3 credited.
 CREDIT = Figures(pfc_enabled=False, credit_enabled=True, lossless_drops=0, pipeline_drops=0,
                  hidden_loss=0, host_loss=0, credit_overrun_bytes=0, bmv2_stall_us=2000,
-                 host_lag_pct=0.3, cpu_saturated_s=0.2)
+                 agent_stall_us=3000, host_lag_pct=0.3, cpu_saturated_s=0.2)
 
 
 def test_credit_overrun_applies_in_mode_ib_credit_alone() -> None:
     v = assess(CREDIT, BUDGET)
     assert v["ok"], v
     assert {c["name"] for c in v["checks"]} == {"lossless_drops", "credit_overrun",
-                                                "bmv2_stall", "pipeline_drops", "hidden_loss",
+                                                "bmv2_stall", "agent_stall",
+                                                "pipeline_drops", "hidden_loss",
                                                 "host_loss", "host_lag", "cpu_saturated"}
     over = assess(replace(CREDIT, credit_overrun_bytes=4170), BUDGET)
     assert not over["ok"] and over["reasons"] == [

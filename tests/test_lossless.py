@@ -197,10 +197,11 @@ def _agents_of(fabric: Fabric, *switches: str) -> list[int]:
 #: depends on the phase the freeze hits: spine agents stopped while their gates are open let
 #: leaf1's queue overfill (phantom_below, buffer_exceeded) and apply the waiting frames late
 #: (agent_reaction); a leaf BMv2 stopped holds its resync ticks (phantom_below) and whatever
-#: was inside it (bmv2_lag), and its veths fill (hidden_loss). Either answers its agent's
-#: register reads late (bmv2_stall): a stopped BMv2 answers late, a stopped agent reads late,
-#: and a switch stopped with nothing inside it is seen by that alone.
-FROZEN_AGENTS = {"agent_reaction", "phantom_below", "buffer_exceeded", "bmv2_stall"}
+#: was inside it (bmv2_lag), and its veths fill (hidden_loss). A stopped BMv2 answers its
+#: agent's register reads late (bmv2_stall), which sees a switch stopped with nothing inside
+#: it; a stopped agent reads BMv2's answers late (agent_stall), which sees it stopped with no
+#: PFC frame waiting.
+FROZEN_AGENTS = {"agent_reaction", "phantom_below", "buffer_exceeded", "agent_stall"}
 FROZEN_BMV2 = {"bmv2_lag", "phantom_below", "buffer_exceeded", "hidden_loss", "bmv2_stall"}
 
 

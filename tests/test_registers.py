@@ -20,6 +20,11 @@ class _Thrift:
         self.refuse = refuse
         self.socket = object()
         self.closed = False
+        #: When BMv2's replies came after the ask, by the kernel's stamp (None: no stamp).
+        self.answer_s: float | None = None
+
+    def answered_after(self) -> float | None:
+        return self.answer_s
 
     def bm_register_read(self, _ctx: int, name: str, cell: int) -> int:
         self.calls.append(("read", name, cell))
@@ -126,14 +131,18 @@ def test_an_idle_sample_asks_bmv2_its_hold_alone_and_times_the_answer() -> None:
 
 
 def test_a_switch_that_answers_late_is_timed_from_the_ask_to_the_answer() -> None:
-    """A batch asked at 1.0 s whose answer is read at 1.4 s (BMv2 stopped meanwhile) waited
-    400 ms; a later prompt answer does not hide it until the figure is taken."""
+    """A batch asked at 1.0 s whose answer came at 1.4 s (BMv2 stopped meanwhile) and was
+    read at once waited 400 ms for BMv2; a later prompt answer does not hide it until the
+    figure is taken."""
     now = [1.0]
     bm = _Thrift()
     reader = _reader(bm, clock=lambda: now[0])
     reader.ask([(2, 3)])
     now[0] = 1.4
+    bm.answer_s = 0.4
     reader.readable()
+    assert reader.late_max_us() == 0
+    bm.answer_s = None  # no stamp: the whole wait is counted as BMv2's
     reader.ask([])
     now[0] = 1.402
     reader.readable()
@@ -142,6 +151,22 @@ def test_a_switch_that_answers_late_is_timed_from_the_ask_to_the_answer() -> Non
     now[0] = 1.405
     reader.readable()
     assert reader.answer_max_us() == 3000
+
+
+def test_an_answer_read_late_is_the_agents_stall_not_the_switchs() -> None:
+    """BMv2 answered 300 us after the ask, by the kernel's stamp, and the agent's loop read it
+    400 ms after the ask (it was writing a file meanwhile): BMv2's figure is 300 us, the
+    agent's 399,700 us; each is taken once."""
+    now = [1.0]
+    bm = _Thrift()
+    reader = _reader(bm, clock=lambda: now[0])
+    reader.ask([(2, 3)])
+    now[0] = 1.4
+    bm.answer_s = 0.0003
+    reader.readable()
+    assert reader.answer_max_us() == 300
+    assert reader.late_max_us() == 399_700
+    assert reader.answer_max_us() is None and reader.late_max_us() is None
 
 
 def test_a_busy_queue_is_read_its_maxima_cleared_and_bmv2s_hold_read_once() -> None:
@@ -248,3 +273,48 @@ def test_a_batch_waits_for_exactly_the_bytes_a_real_switch_replies() -> None:
                           ("bm_register_read", (0, "drift", 19))])
         finally:
             bm.close()
+
+
+def test_the_kernels_stamp_times_bmv2s_answer_however_late_it_is_read() -> None:
+    """Over real loopback TCP, against a stand-in server that answers 50 ms after the ask:
+    read 300 ms after the ask, the replies still say when they came (SO_TIMESTAMPNS), to
+    within the server's own send call, not when they were read."""
+    import contextlib
+    import socket
+    import threading
+    import time
+
+    pytest.importorskip("bm_runtime.standard", reason="needs BMv2's Thrift module (bm_runtime)")
+    from testbed.agent.thrift_batch import Bmv2Thrift, reply_bytes
+
+    calls = [("bm_register_read", (0, "bmv2_lag_max", 0)),
+             ("bm_register_write", (0, "bmv2_lag_max", 0, 0))]
+    size = sum(reply_bytes(name) for name, _ in calls)
+    sent: list[float] = []
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        def serve() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(4096)
+                time.sleep(0.05)
+                sent.append(time.clock_gettime(time.CLOCK_REALTIME))
+                conn.sendall(b"\0" * size)
+                sent.append(time.clock_gettime(time.CLOCK_REALTIME))
+                with contextlib.suppress(ConnectionResetError):  # replies left unread
+                    conn.recv(1)  # until the client closes
+
+        server = threading.Thread(target=serve)
+        server.start()
+        bm = Bmv2Thrift(srv.getsockname()[1])
+        try:
+            assert bm.answered_after() is None  # nothing asked, nothing there
+            bm.send(calls)
+            time.sleep(0.3)  # the agent's loop busy elsewhere
+            answered = bm.answered_after()
+            read = time.clock_gettime(time.CLOCK_REALTIME) - bm._sent_at
+        finally:
+            bm.close()
+            server.join()
+    assert answered is not None and read >= 0.3
+    before, after = (t - bm._sent_at for t in sent)
+    assert before <= answered <= after, (before, answered, after)

@@ -55,8 +55,8 @@ def test_telemetry_round_trips_and_reads_by_run(tmp_path: Path) -> None:
         w.write(TelemetryRow(1.0, "spine1", 1, 3, 0, 0, 0, 0, 0, False, 0, 0.0))
     text = telemetry_path(tel, "leaf1").read_text().splitlines()
     assert text[0] == ",".join(name for name, _ in TELEMETRY_COLUMNS)
-    assert text[1] == "1.2500,leaf1,2,3,9000,2,1,123456,40,1,5,0.5000,-120,300,0,12000,850,,,"
-    assert text[2] == "1.2500,leaf1,2,0,0,0,0,64,1,0,0,0.0000,,,,,,,,"
+    assert text[1] == "1.2500,leaf1,2,3,9000,2,1,123456,40,1,5,0.5000,-120,300,0,12000,850,,,,"
+    assert text[2] == "1.2500,leaf1,2,0,0,0,0,64,1,0,0,0.0000,,,,,,,,,"
     assert read_telemetry(telemetry_path(tel, "leaf1")) == [SAMPLE, LOSSY]
     assert [r.switch for r in run_telemetry(tmp_path)] == ["leaf1", "leaf1", "spine1"]
     assert SAMPLE.queue == ("leaf1", 2, 3)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from traffic.packets import REJECT_REASONS
+from traffic.spool import Spool, SpooledFile
 from traffic.wire import NUM_TCS, SOL_PACKET
 
 PACKET_STATISTICS = 6  # packet(7): struct tpacket_stats {tp_packets, tp_drops}
@@ -146,16 +147,20 @@ class Telemetry:
         self._next_sample = 0.0
         cfg = self.cfg
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
-        self._qp_csv = open(cfg.out_dir / QP_FILE, "w", newline="")  # noqa: SIM115
+        # written by a thread of their own: a flush that waits for the file system's journal
+        # would stall the send loop (traffic.spool)
+        self._spool = Spool("endpoint")
+        self._qp_csv = SpooledFile(cfg.out_dir / QP_FILE, self._spool)
         self._qp_w = csv.writer(self._qp_csv)
         self._qp_w.writerow([c for c, _ in QP_COLUMNS])
-        self._msg_csv = open(cfg.out_dir / MESSAGES_FILE, "w", newline="")  # noqa: SIM115
+        self._msg_csv = SpooledFile(cfg.out_dir / MESSAGES_FILE, self._spool)
         self._msg_w = csv.writer(self._msg_csv)
         self._msg_w.writerow([c for c, _ in MESSAGE_COLUMNS])
 
     def _close_telemetry(self) -> None:
         self._qp_csv.close()
         self._msg_csv.close()
+        self._spool.close()  # every write done
 
     def _log_completions(self, st: QpState) -> None:
         req = st.requester

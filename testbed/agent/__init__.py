@@ -19,8 +19,8 @@ What it writes is :mod:`testbed.results.telemetry`'s: ``<switch>.telemetry.csv``
 Run by the testbed as ``python -m testbed.agent CONFIG.json [CONFIG.json ...]``, one config
 per switch; each is written by :func:`agent_config`.
 
-May import: config, machine, topology, budget, results (and traffic's frame formats). It runs
-in its own process, so it imports nothing that starts or drives a fabric.
+May import: config, machine, topology, budget, results (and traffic's frame formats and its
+file spool). It runs in its own process, so it imports nothing that starts or drives a fabric.
 """
 
 from testbed.agent.config import AgentConfig, AgentPort, agent_config

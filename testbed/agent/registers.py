@@ -134,7 +134,12 @@ class RegisterReader:
     switch serves late, and done in the agent's loop a sample's reads held the PFC pauses it
     must apply for up to a quarter of a second on saturated cores. A thread per switch waited
     instead, but it woke once a reply, and in one process serving every switch its Python
-    held the interpreter's lock while the loop had a PFC frame to apply."""
+    held the interpreter's lock while the loop had a PFC frame to apply.
+
+    Each answer's wait is split in two by the kernel's arrival stamp on the replies
+    (:meth:`Bmv2Thrift.answered_after`): BMv2's part, ask to arrival (``bmv2_stall``), and the
+    loop's, arrival to read (``agent_stall``). As one figure, a loop that stood still read as
+    every switch of the fabric stalling at once."""
 
     #: A batch whose replies have not all come after this long is given up: the connection
     #: is closed and the next sample asks again on another.
@@ -147,9 +152,12 @@ class RegisterReader:
         self._asked: tuple[list[tuple[int, int]], list[Call], float] | None = None
         self._want: list[tuple[int, int]] | None = None  # asked while a batch was out
         self._result: tuple[dict[tuple[int, int], QueueView], int | None] = ({}, None)
-        #: The longest a batch waited for its answer, among those answered since the last
+        #: The longest BMv2 took to answer a batch, among those answered since the last
         #: :meth:`answer_max_us`: a switch that stalls answers late.
         self._answer_max_s: float | None = None
+        #: The longest a batch's answer waited for this agent's loop to read it, since the
+        #: last :meth:`late_max_us`: an agent busy elsewhere, or stalled, reads late.
+        self._late_max_s: float | None = None
 
     def ask(self, queues: Iterable[tuple[int, int]]) -> None:
         """Read these queues' views: now, or once the batch still out has come back (the
@@ -190,8 +198,11 @@ class RegisterReader:
             return
         queues, calls, when = self._asked
         self._asked = None
+        answered = None
         try:
             bm = self.p4.connection()
+            if bm is not None:
+                answered = bm.answered_after()  # before reading: the kernel's stamp on them
             got = bm.receive(calls) if bm is not None else None
         except Exception:  # BMv2 gone, or a call refused: the next sample opens another
             self.p4.drop()
@@ -199,7 +210,11 @@ class RegisterReader:
         if got is not None:
             self._result = merged(self._result, views_of(queues, got))
             waited = self.clock() - when
-            self._answer_max_s = max(self._answer_max_s or 0.0, waited)
+            # Split by the kernel's stamp: BMv2's part, then the loop's. Without a stamp the
+            # whole wait is counted as BMv2's, which can only overstate a stall.
+            bmv2 = min(waited, max(answered, 0.0)) if answered is not None else waited
+            self._answer_max_s = max(self._answer_max_s or 0.0, bmv2)
+            self._late_max_s = max(self._late_max_s or 0.0, waited - bmv2)
         want, self._want = self._want, None
         if want:
             self._send(want)
@@ -210,9 +225,16 @@ class RegisterReader:
         return result
 
     def answer_max_us(self) -> int | None:
-        """The longest a batch waited for its answer since the last call (None: none came)."""
+        """The longest BMv2 took to answer a batch since the last call, by the kernel's stamp
+        on the replies (None: none came)."""
         waited, self._answer_max_s = self._answer_max_s, None
         return None if waited is None else round(waited * 1e6)
+
+    def late_max_us(self) -> int | None:
+        """The longest an answer waited for this agent's loop to read it since the last call
+        (None: none came)."""
+        late, self._late_max_s = self._late_max_s, None
+        return None if late is None else round(late * 1e6)
 
     def stop(self) -> None:
         self.p4.drop()

@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from testbed.agent.config import AgentConfig
@@ -29,6 +30,7 @@ from testbed.machine.tcstats import QdiscReader
 from testbed.results.telemetry import events_writer, telemetry_writer
 from traffic.credits import parse_credit_frame
 from traffic.packets import parse_pfc
+from traffic.spool import Spool, SpooledFile
 from traffic.wire import NUM_TCS
 
 
@@ -51,8 +53,11 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin, CreditMixin):
         self.running = True
         self.stats = {"ticks": 0, "pfc_rx": 0, "gate_changes": 0, "plugs": 0}
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        self.telemetry_log = telemetry_writer(cfg.out_dir, cfg.switch)
-        self.event_log = events_writer(cfg.out_dir, cfg.switch)
+        # every file write leaves the loop for the spool's thread (traffic.spool)
+        self.spool = Spool(cfg.switch)
+        spooled = partial(SpooledFile, spool=self.spool)
+        self.telemetry_log = telemetry_writer(cfg.out_dir, cfg.switch, spooled)
+        self.event_log = events_writer(cfg.out_dir, cfg.switch, spooled)
         self.hot: set[tuple[int, int]] = set()  # lossless queues that held packets lately
         self._sent_seen: dict[tuple[int, int], int] = {}  # sent packets at the last sample
         self.busy_until = 0.0
@@ -164,6 +169,7 @@ class SwitchAgent(PauseMixin, TelemetryMixin, WatchdogMixin, CreditMixin):
                     pr.gates.open(tc)
         self.telemetry_log.close()
         self.event_log.close()
+        self.spool.close()  # every write done
         self.credit_close()
         # At once: closing a packet socket waits out an RCU grace period (packet(7)'s release
         # calls synchronize_net()), 7-23 ms each here, and a leaf has nine (a PFC and a kick

@@ -196,7 +196,7 @@ class TelemetryMixin:
         # but BMv2's hold always is, and how long BMv2 takes to answer times a stall
         self.registers.ask(busy)
         views, lag = self.registers.take()
-        answer = self.registers.answer_max_us()
+        answer, late = self.registers.answer_max_us(), self.registers.late_max_us()
         for n, per_tc in backlogs.items():
             pr = self.ports[n]
             for tc in range(NUM_TCS):
@@ -217,6 +217,6 @@ class TelemetryMixin:
                     t_s, self.cfg.switch, n, tc, st.backlog_bytes, st.backlog_packets, st.drops,
                     st.sent_bytes, st.sent_packets, paused, ps.frames, paused_s,
                     drift, held, below, peak, lag, wd, answer,
-                    input_max_bytes=self.credit_input_max(n, tc)))
+                    input_max_bytes=self.credit_input_max(n, tc), agent_late_max_us=late))
         self.telemetry_log.flush()
         return backlogs

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import select
 import socket
+import struct
+import time
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -42,6 +44,12 @@ from thrift.transport import TSocket, TTransport
 Call = tuple[str, tuple[Any, ...]]
 #: How long a batch waits for all its replies at once before it reads them as they come.
 REPLIES_WAIT_S = 1.0
+#: SO_TIMESTAMPNS (socket(7); SO_TIMESTAMPNS_OLD in the kernel's asm-generic/socket.h, which
+#: x86-64 and arm64 use; Python's socket module does not name it): the kernel stamps every
+#: segment it receives with the time it came (CLOCK_REALTIME), and recvmsg() hands out the
+#: stamp of the last one it read, also when it only peeks (TCP, tcp_recvmsg).
+SO_TIMESTAMPNS = 35
+_STAMP = struct.Struct("qq")  # struct timespec: seconds, nanoseconds
 
 
 @cache
@@ -82,6 +90,9 @@ class Bmv2Thrift:
         self._transport.open()
         self._poll = select.poll()
         self._poll.register(self._socket.handle, select.POLLIN)
+        self.socket.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self._sent_at = 0.0  # CLOCK_REALTIME, the stamps' clock, when the last batch left
+        self._reply_size = 0
 
     @property
     def socket(self) -> socket.socket:
@@ -98,9 +109,28 @@ class Bmv2Thrift:
                 getattr(self._client, f"send_{name}")(*args)
         finally:
             self._transport.corked = False
+        self._sent_at = time.clock_gettime(time.CLOCK_REALTIME)
         self._transport.flush()
         size = sum(reply_bytes(name) for name, _ in calls)
+        self._reply_size = size
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
+
+    def answered_after(self) -> float | None:
+        """How long after :meth:`send` the replies there now came, by the kernel's stamp on
+        the last of them: BMv2's own answer time, however late its caller gets to read them
+        (a loop busy elsewhere, or a process that waited for a core). None when no reply is
+        there or it carries no stamp."""
+        try:
+            _data, anc, _flags, _addr = self.socket.recvmsg(
+                max(1, self._reply_size), socket.CMSG_SPACE(_STAMP.size),
+                socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return None
+        for level, kind, raw in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) >= _STAMP.size:
+                sec, ns = _STAMP.unpack_from(raw)
+                return sec + ns / 1e9 - self._sent_at
+        return None
 
     def receive(self, calls: Sequence[Call]) -> list[Any]:
         """Every reply of the calls :meth:`send` sent: each call's result, in order. A call

@@ -23,6 +23,7 @@ from testbed.agent.pfcwd import PfcWatchdog, QueueObservation, StormDetected, St
 from testbed.agent.registers import P4Registers
 from testbed.machine.ports import ClassStats
 from testbed.results.telemetry import PfcwdQueue, PfcwdState, write_pfcwd
+from traffic.spool import Spool
 
 
 class WatchdogMixin:
@@ -33,6 +34,7 @@ class WatchdogMixin:
     now: Callable[[], float]
     ports: dict[int, PortRuntime]
     p4: P4Registers
+    spool: Spool  # the state file is written off the loop
     _event: Callable[..., None]
     #: The telemetry's kernel read (TelemetryMixin): every port's classes from one dump.
     _backlogs: Callable[..., dict[int, dict[int, ClassStats]]]
@@ -119,12 +121,13 @@ class WatchdogMixin:
         self._event(pr, act.tc, "storm_restored", 0, None, act.detail)
 
     def _write_state(self) -> None:
-        """``<switch>.pfcwd.json`` for the Mininet CLI's ``pfcwd`` command."""
+        """``<switch>.pfcwd.json`` for the Mininet CLI's ``pfcwd`` command, written by the
+        spool's thread (each poll's state, in order)."""
         if not self.cfg.state_file:
             return
-        write_pfcwd(self.cfg.state_file, PfcwdState(
+        self.spool.submit(functools.partial(write_pfcwd, self.cfg.state_file, PfcwdState(
             switch=self.cfg.switch, t_s=round(self.now(), 3), action=self.wd_action,
             queues=[PfcwdQueue(port=n, tc=tc, storm=q.storm, storms=q.storms,
                                paused=bool(self.ports[n].pause[tc].until), dropped=q.dropped,
                                detection_left_ms=q.detection_left_ms)
-                    for (n, tc), q in self.watchdog.queues.items()]))
+                    for (n, tc), q in self.watchdog.queues.items()])))

@@ -222,7 +222,7 @@ def _telemetry_whole(series: dict[QueueId, list[TelemetryRow]], switches: list[s
     gap = (f"no telemetry from {', '.join(missing)} (its agent wrote none)" if missing
            else "no switch telemetry at all (the agents wrote none)")
     for name in ("lossless_drops", "phantom_below", "buffer_exceeded", "bmv2_lag",
-                 "bmv2_stall", "agent_reaction", "credit_overrun"):
+                 "bmv2_stall", "agent_stall", "agent_reaction", "credit_overrun"):
         why.setdefault(name, gap)
     return False
 
@@ -272,6 +272,11 @@ def _reactions(events: list, why: dict[str, str]) -> tuple[list, int]:
     return applied, blind
 
 
+def _switch_column(series: dict[QueueId, list[TelemetryRow]], name: str) -> list[int]:
+    """Every value a switch-wide column (the same in each of a switch's rows) was given."""
+    return [v for ss in series.values() for s in ss if (v := getattr(s, name)) is not None]
+
+
 def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                      hidden_loss: int | None = None, buffers: dict[QueueId, int] | None = None,
                      host_loss: int | None = None, *, pipeline_drops: int | None = None,
@@ -317,10 +322,8 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
             if buffers and q in buffers for s in ss if s.occupancy_max_bytes is not None]
     below = [s.phantom_below_max_bytes for ss in mine.values() for s in ss
              if s.phantom_below_max_bytes is not None]
-    lag = [s.bmv2_lag_max_us for ss in series.values() for s in ss
-           if s.bmv2_lag_max_us is not None]
-    stall = [s.bmv2_answer_max_us for ss in series.values() for s in ss
-             if s.bmv2_answer_max_us is not None]
+    lag, stall, late = (_switch_column(series, name) for name in (
+        "bmv2_lag_max_us", "bmv2_answer_max_us", "agent_late_max_us"))
     applied, blind = _reactions(events, why)
     wd = sum(s.wd_dropped or 0 for s in last)
     if ok_series and (lossless or credited) and not (last or kept):
@@ -342,6 +345,7 @@ def fidelity_figures(run_dir: Path, lossless: list[int], cpu_busy_pct: float,
                               if ok_series and credited else None),
         bmv2_lag_us=peak(lag, "bmv2_lag") if ok_series else None,
         bmv2_stall_us=peak(stall, "bmv2_stall") if ok_series else None,
+        agent_stall_us=peak(late, "agent_stall") if ok_series else None,
         agent_reaction_us=(max((int(e.reaction_us) for e in applied
                                 if e.reaction_us is not None), default=0)
                            if ok_series and not blind else None),

@@ -38,12 +38,18 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   the hold is a sizeable part of the scaled DCQCN timers and of the watchdog's polling interval.
   In mode ib-credit it applies when every credited class is ECN-marked: the program times the
   packets of the queues it keeps a phantom of, and keeps one of a class only to mark or pause.
-* ``bmv2_stall``: the longest a switch's agent waited for BMv2 to answer its register reads
-  (asked every sample, busy or idle). A switch that stalls holds nothing inside it to time:
-  what arrives waits in front of it, in its ports' sockets, where ``bmv2_lag`` cannot see it,
-  so the stall itself is measured, against the same ``fidelity.bmv2_lag_ms``. A frozen agent
-  reads its answers late too, so this also says the agent stalled. It applies in mode
-  ib-credit too, where a stalled switch holds credited frames and their credit's return.
+* ``bmv2_stall``: the longest BMv2 took to answer its agent's register reads (asked every
+  sample, busy or idle), from the ask to the kernel's arrival stamp on the replies. A switch
+  that stalls holds nothing inside it to time: what arrives waits in front of it, in its
+  ports' sockets, where ``bmv2_lag`` cannot see it, so the stall itself is measured, against
+  the same ``fidelity.bmv2_lag_ms``. It applies in mode ib-credit too, where a stalled switch
+  holds credited frames and their credit's return.
+* ``agent_stall``: the longest an answer waited, after it came, for the agent's loop to read
+  it. The loop also applies PFC frames, ticks the resyncs, polls the watchdog and sends the
+  credits: an agent that stalls that long keeps none of their times, against the same
+  ``fidelity.bmv2_lag_ms``. The two used to be one figure (ask to read), which blamed every
+  switch at once when the agents' own loops stood still (their file writes waiting for the
+  file system's journal: ``traffic.spool``).
 * ``agent_reaction``: a PFC frame's arrival in the kernel to the gate command, the other part:
   an XOFF's (a late pause overfills the headroom) and an XON's (a late resume idles the link).
 * ``host_lag``: the largest share of a host's active time (it had a frame due) in which its
@@ -78,13 +84,13 @@ from typing import Literal
 #: The checks that apply only while PFC is on, and only in mode ib-credit; the others apply
 #: to every run (:func:`applies`).
 LOSSLESS_ONLY = ("lossless_drops", "buffer_exceeded", "phantom_below", "bmv2_lag",
-                 "bmv2_stall", "agent_reaction")
+                 "bmv2_stall", "agent_stall", "agent_reaction")
 CREDIT_ONLY = ("credit_overrun",)
 #: Of the lossless checks, those that apply in mode ib-credit too: its classes lose nothing
 #: either, and a switch that stalls holds credited frames as it holds PFC's. The others read
 #: PFC's phantoms, pauses and XOFFs, but bmv2_lag, which applies where the program times the
-#: credited classes' packets (``Figures.credit_timed``).
-CREDITED_TOO = ("lossless_drops", "bmv2_stall")
+#: credited classes' packets (``Figures.credit_timed``). A stalled agent sends no credit.
+CREDITED_TOO = ("lossless_drops", "bmv2_stall", "agent_stall")
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,7 @@ class Figures:
     credit_overrun_bytes: int | None = None  # largest input occupancy beyond its credit buffer
     bmv2_lag_us: int | None = None
     bmv2_stall_us: int | None = None  # the longest a switch took to answer its agent
+    agent_stall_us: int | None = None  # the longest an answer waited for its agent to read it
     agent_reaction_us: int | None = None
     host_lag_pct: float | None = None  # the most line-rate time a host lost to its lateness
     host_lag_host: str | None = None  # which host that was
@@ -206,7 +213,11 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
         "switches did not keep the protocol's time")
     add("bmv2_stall", fig.bmv2_stall_us, budget.bmv2_lag_us,
         "a switch took {v} us to answer its agent, beyond {lim} us (fidelity.bmv2_lag_ms): "
-        "BMv2 (or its agent) stalled, and what arrived meanwhile waited in front of it")
+        "BMv2 stalled, and what arrived meanwhile waited in front of it")
+    add("agent_stall", fig.agent_stall_us, budget.bmv2_lag_us,
+        "a switch agent read BMv2's answer {v} us after it came, beyond {lim} us "
+        "(fidelity.bmv2_lag_ms): the agent's loop stalled, and its PFC frames, resyncs, "
+        "watchdog polls and timers waited as long")
     add("agent_reaction", fig.agent_reaction_us, budget.reaction_us,
         "a switch agent took {v} us to apply a PFC frame (pause or resume), beyond the {lim} "
         "us reaction "

@@ -66,12 +66,16 @@ TELEMETRY_COLUMNS = [
                         "(arrival to egress) since the previous sample"),
     ("wd_dropped", "lossless classes: of the drops, the packets the PFC watchdog's drop action "
                    "discarded so far (by design); every other drop of the class is a loss"),
-    ("bmv2_answer_max_us", "the switch: the longest its agent waited for BMv2 to answer a "
-                           "register read (asked every sample), among the answers since the "
-                           "previous sample: a stalled switch answers late"),
+    ("bmv2_answer_max_us", "the switch: the longest BMv2 took to answer its agent's register "
+                           "read (asked every sample), from the ask to the kernel's arrival "
+                           "stamp on the replies, among the answers since the previous "
+                           "sample: a stalled switch answers late"),
     ("input_max_bytes", "mode ib-credit, credited classes: the most the input on this port held "
                         "of the class in the kernel (its FIFOs at every output of the switch) "
                         "at a credit period since the previous sample"),
+    ("agent_late_max_us", "the switch: the longest an answer of BMv2 waited, after it came, for "
+                          "the agent's loop to read it, since the previous sample: an agent "
+                          "busy elsewhere or stalled reads late"),
 ]
 EVENT_COLUMNS = [
     ("t_s", "when, on the run's clock"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
@@ -160,19 +164,22 @@ class TelemetryRow:
     wd_dropped: int | None = None
     bmv2_answer_max_us: int | None = None
     input_max_bytes: int | None = None
+    agent_late_max_us: int | None = None
 
     WRITE: ClassVar[dict[str, Callable[[Any], str]]] = {
         "t_s": _fixed(4), "paused": lambda v: "1" if v else "0", "paused_s": _fixed(4),
         "phantom_drift_bytes": _optional(str), "held_bytes": _optional(str),
         "phantom_below_max_bytes": _optional(str), "occupancy_max_bytes": _optional(str),
         "bmv2_lag_max_us": _optional(str), "wd_dropped": _optional(str),
-        "bmv2_answer_max_us": _optional(str), "input_max_bytes": _optional(str)}
+        "bmv2_answer_max_us": _optional(str), "input_max_bytes": _optional(str),
+        "agent_late_max_us": _optional(str)}
     READ: ClassVar[dict[str, Callable[[str], Any]]] = {
         "t_s": float, "switch": str, "paused": _flag, "paused_s": float,
         "phantom_drift_bytes": _opt_int, "held_bytes": _opt_int,
         "phantom_below_max_bytes": _opt_int, "occupancy_max_bytes": _opt_int,
         "bmv2_lag_max_us": _opt_int, "wd_dropped": _opt_int,
-        "bmv2_answer_max_us": _opt_int, "input_max_bytes": _opt_int}
+        "bmv2_answer_max_us": _opt_int, "input_max_bytes": _opt_int,
+        "agent_late_max_us": _opt_int}
 
     @property
     def queue(self) -> QueueId:
@@ -265,7 +272,10 @@ Row = TypeVar("Row", TelemetryRow, EventRow, CpuRow, P4CounterRow)
 class CsvWriter(Generic[Row]):
     """A results CSV: its header, then a line per record, each flushed when asked to."""
 
-    def __init__(self, path: Path | str, kind: type[Row]) -> None:
+    def __init__(self, path: Path | str, kind: type[Row], stream: IO[str] | None = None
+                 ) -> None:
+        """``stream``: where to write instead of opening ``path`` (the agent's, which hands
+        its writes to a thread: traffic.spool)."""
         names = [f.name for f in fields(kind)]
         get = operator.attrgetter(*names)  # a tuple, for two names or more
         self._values = get if len(names) > 1 else lambda row: (get(row),)
@@ -274,7 +284,7 @@ class CsvWriter(Generic[Row]):
         #: formatter called on every cell was most of a row's cost.
         self._formats = [(i, kind.WRITE[n]) for i, n in enumerate(names) if n in kind.WRITE]
         # closed by close(), or as a context manager
-        self._fh: IO[str] = open(path, "w", newline="")  # noqa: SIM115
+        self._fh: IO[str] = stream or open(path, "w", newline="")  # noqa: SIM115
         self._w = csv.writer(self._fh)
         self._w.writerow(names)
 
@@ -297,12 +307,17 @@ class CsvWriter(Generic[Row]):
         self.close()
 
 
-def telemetry_writer(out_dir: Path | str, switch: str) -> CsvWriter[TelemetryRow]:
-    return CsvWriter(telemetry_path(out_dir, switch), TelemetryRow)
+def telemetry_writer(out_dir: Path | str, switch: str,
+                     opener: Callable[[Path], IO[str]] | None = None) -> CsvWriter[TelemetryRow]:
+    """``opener``: how to open the file instead of open() (the agent's spooled files)."""
+    path = telemetry_path(out_dir, switch)
+    return CsvWriter(path, TelemetryRow, opener(path) if opener else None)
 
 
-def events_writer(out_dir: Path | str, switch: str) -> CsvWriter[EventRow]:
-    return CsvWriter(events_path(out_dir, switch), EventRow)
+def events_writer(out_dir: Path | str, switch: str,
+                  opener: Callable[[Path], IO[str]] | None = None) -> CsvWriter[EventRow]:
+    path = events_path(out_dir, switch)
+    return CsvWriter(path, EventRow, opener(path) if opener else None)
 
 
 def cpu_writer(path: Path | str) -> CsvWriter[CpuRow]:
