@@ -207,7 +207,11 @@ def run_agents(agents: list[SwitchAgent]) -> None:
             wake = min(a.due() for a in agents)
             for i, a in enumerate(agents):
                 _watch_reads(ep, owner, watched, i, a)
-            for fd, _events in ep.poll(max(0.0, wake - clock())):
+            events = ep.poll(max(0.0, wake - clock()))
+            if (late := clock() - wake) > 0:  # woke after its time: stopped, or no core
+                for a in agents:
+                    a.woke_late(late)
+            for fd, _events in events:
                 agent, s = owner.get(fd, (None, None))
                 if agent is None:
                     continue

@@ -55,6 +55,22 @@ class TelemetryMixin:
     credit_waiting: Callable[[int, int, float], tuple[bool, float] | None]  # CreditMixin's
     credit_input_max: Callable[[int, int], int | None]  # CreditMixin's
 
+    #: The longest the loop woke after the time it asked to (its epoll came back late: the
+    #: process was stopped or waited for a core) since the last sample; run_agents reports it.
+    _woke_late_s: float = 0.0
+
+    def woke_late(self, seconds: float) -> None:
+        """The loop woke ``seconds`` after the time it had asked to wake."""
+        self._woke_late_s = max(self._woke_late_s, seconds)
+
+    def _late_max_us(self) -> int | None:
+        """The agent's stall since the last sample: the longest an answer of BMv2 waited for
+        the loop to read it, or the loop woke after its time, whichever was longer (None when
+        no answer came and the loop was never late)."""
+        read = self.registers.late_max_us()
+        woke, self._woke_late_s = round(self._woke_late_s * 1e6), 0.0
+        return read if not woke else max(read or 0, woke)
+
     @cached_property
     def _resynced_majors(self) -> frozenset[int]:
         """The resynced classes' gate handles (majors): what a resync tick reads (the
@@ -196,7 +212,7 @@ class TelemetryMixin:
         # but BMv2's hold always is, and how long BMv2 takes to answer times a stall
         self.registers.ask(busy)
         views, lag = self.registers.take()
-        answer, late = self.registers.answer_max_us(), self.registers.late_max_us()
+        answer, late = self.registers.answer_max_us(), self._late_max_us()
         for n, per_tc in backlogs.items():
             pr = self.ports[n]
             for tc in range(NUM_TCS):

@@ -44,9 +44,10 @@ every check does, and otherwise its summary, the CLI and the report say which fa
   ports' sockets, where ``bmv2_lag`` cannot see it, so the stall itself is measured, against
   the same ``fidelity.bmv2_lag_ms``. It applies in mode ib-credit too, where a stalled switch
   holds credited frames and their credit's return.
-* ``agent_stall``: the longest an answer waited, after it came, for the agent's loop to read
-  it. The loop also applies PFC frames, ticks the resyncs, polls the watchdog and sends the
-  credits: an agent that stalls that long keeps none of their times, against the same
+* ``agent_stall``: the longest a switch agent's loop came late: to read an answer of BMv2
+  after it came, or to wake at the time it had set (stopped, blocked, or without a core). The
+  loop also applies PFC frames, ticks the resyncs, polls the watchdog and sends the credits:
+  an agent that stalls that long keeps none of their times, against the same
   ``fidelity.bmv2_lag_ms``. The two used to be one figure (ask to read), which blamed every
   switch at once when the agents' own loops stood still (their file writes waiting for the
   file system's journal: ``traffic.spool``).
@@ -215,9 +216,8 @@ def checks(fig: Figures, budget: Budgets) -> list[Check]:
         "a switch took {v} us to answer its agent, beyond {lim} us (fidelity.bmv2_lag_ms): "
         "BMv2 stalled, and what arrived meanwhile waited in front of it")
     add("agent_stall", fig.agent_stall_us, budget.bmv2_lag_us,
-        "a switch agent read BMv2's answer {v} us after it came, beyond {lim} us "
-        "(fidelity.bmv2_lag_ms): the agent's loop stalled, and its PFC frames, resyncs, "
-        "watchdog polls and timers waited as long")
+        "a switch agent's loop came {v} us late, beyond {lim} us (fidelity.bmv2_lag_ms): "
+        "it stalled, and its PFC frames, resyncs, watchdog polls and timers waited as long")
     add("agent_reaction", fig.agent_reaction_us, budget.reaction_us,
         "a switch agent took {v} us to apply a PFC frame (pause or resume), beyond the {lim} "
         "us reaction "

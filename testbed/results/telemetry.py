@@ -73,9 +73,10 @@ TELEMETRY_COLUMNS = [
     ("input_max_bytes", "mode ib-credit, credited classes: the most the input on this port held "
                         "of the class in the kernel (its FIFOs at every output of the switch) "
                         "at a credit period since the previous sample"),
-    ("agent_late_max_us", "the switch: the longest an answer of BMv2 waited, after it came, for "
-                          "the agent's loop to read it, since the previous sample: an agent "
-                          "busy elsewhere or stalled reads late"),
+    ("agent_late_max_us", "the switch: the longest its agent's loop came late since the "
+                          "previous sample, to read an answer of BMv2 after it came or to wake "
+                          "at the time it had set: an agent blocked, stopped or without a "
+                          "core is late to everything"),
 ]
 EVENT_COLUMNS = [
     ("t_s", "when, on the run's clock"), ("switch", "switch"), ("port", "port"), ("tc", "class"),
