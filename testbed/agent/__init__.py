@@ -11,7 +11,8 @@ module each:
 * :mod:`~testbed.agent.frames` (PFC socket, tick frame), :mod:`~testbed.agent.registers` (the
   P4 program's registers over Thrift), :mod:`~testbed.agent.config` (the agent's config file).
 * :mod:`~testbed.agent.switch`: the agent itself and its single-threaded loop, whose periodic
-  jobs :mod:`~testbed.agent.schedule` lays out.
+  jobs :mod:`~testbed.agent.schedule` lays out; its file writes go to a thread of their own
+  (:mod:`traffic.spool`), so that the loop never waits for the file system.
 
 What it writes is :mod:`testbed.results.telemetry`'s: ``<switch>.telemetry.csv``,
 ``<switch>.events.csv`` and ``<switch>.pfcwd.json``.

@@ -1,6 +1,7 @@
 """The switch agent's process: its ports, sockets and files, and the loop that runs the jobs of
 :mod:`testbed.agent.pause`, :mod:`testbed.agent.telemetry` and :mod:`testbed.agent.watchdog`
-in one thread, sleeping in select() until a PFC frame arrives or the next timer is due."""
+in one thread, sleeping in epoll until a PFC frame arrives or the next timer is due (its file
+writes are another thread's: traffic.spool)."""
 
 from __future__ import annotations
 
