@@ -20,11 +20,13 @@ variants interleaved at each rate so that the machine's hour affects them alike:
 - ``switches-rt``: every BMv2 thread real-time (switch.realtime_priority 5, below the agents');
 - ``switches-nice``: BMv2 in the fair scheduler at switch.nice (switch.realtime_priority 0);
 - ``pinned``: each BMv2 process, all its threads, held on one core, the switches dealt round
-  robin over the cores (os.sched_setaffinity, as `taskset -a` does), so that a packet's
-  hand-offs between BMv2's threads (receive, ingress, egress, transmit) stay on one core;
+  robin over the cores (switch.one_core_each: true, the default since it was measured here),
+  so that a packet's hand-offs between BMv2's threads (receive, ingress, egress, transmit)
+  stay on one core;
+- ``free``: the kernel places BMv2's threads (switch.one_core_each: false);
 
 Run as root: sudo .venv/bin/python -m benchmarks.all_host [--shapes 2x4x2,2x4x4]
-[--loads permutation,all-to-all] [--rates 2,3,5,7,10] [--runs 3] [--variants default,pinned]
+[--loads permutation,all-to-all] [--rates 2,3,5,7,10] [--runs 3] [--variants pinned,free]
 [--tag all_host]. Writes <tag>.json and <tag>.md to benchmarks/out (``--redraw FILE``: the
 table of a saved json, no runs).
 """
@@ -32,7 +34,6 @@ table of a saved json, no runs).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -44,10 +45,12 @@ from pathlib import Path
 
 #: The loads, by name: (shape, host count) -> (src, dst) pairs.
 LOADS = ("permutation", "all-to-all")
-VARIANTS = ("default", "switches-rt", "switches-nice", "pinned")
+VARIANTS = ("default", "switches-rt", "switches-nice", "pinned", "free")
 #: Each variant's config, over the scenario's.
 VARIANT_CONFIG = {"default": {}, "switches-rt": {"switch": {"realtime_priority": 5}},
-                  "switches-nice": {"switch": {"realtime_priority": 0}}, "pinned": {}}
+                  "switches-nice": {"switch": {"realtime_priority": 0}},
+                  "pinned": {"switch": {"one_core_each": True}},
+                  "free": {"switch": {"one_core_each": False}}}
 #: When the flows start, on the scenario's clock (s).
 FLOW_START_S = 0.5
 #: Process roles, by what their command line holds.
@@ -94,13 +97,12 @@ def scenario(shape: tuple[int, int, int], load: str, rate: float, seconds: float
 
 class RoleCpu(threading.Thread):
     """CPU seconds per role of every process of the fabric, found by command line as they
-    appear; with ``pin``, each new BMv2 process's threads held on one core, round robin."""
+    appear."""
 
-    def __init__(self, variant: str = "default", period_s: float = 0.1) -> None:
+    def __init__(self, period_s: float = 0.1) -> None:
         super().__init__(daemon=True, name="role-cpu")
-        self.variant, self.period_s = variant, period_s
+        self.period_s = period_s
         self.stop_event = threading.Event()
-        self.cores = sorted(os.sched_getaffinity(0))
         self.seen: dict[int, tuple[str, object]] = {}  # pid -> (role, psutil.Process)
         self.last: dict[int, float] = {}  # pid -> its CPU seconds at the last look
         self.marks: dict[str, dict[str, float]] = {}
@@ -116,9 +118,6 @@ class RoleCpu(threading.Thread):
             if role is None:
                 continue
             self.seen[p.pid] = (role, p)
-            if role == "bmv2" and self.variant == "pinned":
-                n = sum(1 for r, _p in self.seen.values() if r == "bmv2") - 1
-                pin_threads(p.pid, self.cores[n % len(self.cores)])
 
 
     def totals(self) -> dict[str, float]:
@@ -145,13 +144,6 @@ class RoleCpu(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.join(timeout=2)
-
-
-def pin_threads(pid: int, core: int) -> None:
-    """Every thread of ``pid`` on ``core`` (threads made later inherit it from theirs)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError):  # a thread that just ended
-            os.sched_setaffinity(int(tid), {core})
 
 
 @dataclass
@@ -203,7 +195,7 @@ def run_once(shape_text: str, load: str, rate: float, variant: str, seconds: flo
     sc = parse_scenario(scenario(parse_shape(shape_text), load, rate, seconds, variant),
                         "all_host")
     with fabric_lock():  # waits for a test or another run with a fabric up
-        cpu = RoleCpu(variant)  # after the wait: only this run's processes
+        cpu = RoleCpu()  # after the wait: only this run's processes
         cpu.start()
         window = Window(cpu, seconds)
         try:
@@ -347,7 +339,7 @@ def main() -> None:
     ap.add_argument("--rates", default="2,3,5,7,10")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=6.0, help="each flow's sending time")
-    ap.add_argument("--variants", default="default,pinned")
+    ap.add_argument("--variants", default="pinned,free")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     ap.add_argument("--tag", default="all_host")
     ap.add_argument("--keep-going", action="store_true", help="make every run at every rate "

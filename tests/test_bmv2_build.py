@@ -92,3 +92,19 @@ def test_switches_real_time_by_default_and_below_the_agents() -> None:
     msg = str(e.value)
     assert "switch.realtime_priority" in msg and "is not below agent.realtime_priority 10" in msg
     assert "set switch.realtime_priority below 10 (or 0)" in msg
+
+
+def test_a_switch_held_on_one_core_starts_under_taskset_and_the_cores_are_dealt_in_turn() -> None:
+    from testbed.fabric.bmv2 import deal_cores
+
+    opts = Bmv2Options(name="s1", device_id=1, ports={1: "s1-eth1"}, binary="/bin/ss",
+                       grpc_socket=Path("/tmp/s1.grpc"), log_path=Path("/tmp/s1.log"),
+                       realtime_priority=5, core=1)
+    assert opts.command()[:6] == ["taskset", "-c", "1", "chrt", "-f", "5"]
+    opts.core = None
+    assert opts.command()[:3] == ["chrt", "-f", "5"]
+    names = ["spine1", "spine2", "leaf1", "leaf2", "leaf3"]
+    assert deal_cores(names, [1, 0]) == {"spine1": 0, "spine2": 1, "leaf1": 0, "leaf2": 1,
+                                         "leaf3": 0}
+    assert deal_cores(names, [3]) == dict.fromkeys(names, 3)
+    assert parse_config({}).switch.one_core_each is True

@@ -440,6 +440,38 @@ def test_switches_run_real_time_below_the_agents(tmp_path: Path, monkeypatch) ->
     assert running_elsewhere() is None and not (RUNTIME_DIR / "swrtwr").exists()
 
 
+def test_each_switch_runs_on_one_core_dealt_round_robin(tmp_path: Path) -> None:
+    """switch.one_core_each (the default) holds every thread of each BMv2 on one core, from
+    its start, the switches dealt over the cores this run may use in turn, and the run records
+    where each ran (telemetry/summary.json's ``bmv2.cores``); false leaves every thread free to
+    run on any of them."""
+    import json
+
+    import psutil
+
+    allowed = sorted(os.sched_getaffinity(0))
+    shape = {"spines": 1, "leaves": 2, "hosts_per_leaf": 1}
+    for label, switch in (("core1", {}), ("core0", {"one_core_each": False})):
+        cfg = FabricConfig.model_validate({"name": label, "fabric": shape, "switch": switch})
+        with Fabric(cfg, build_topology(cfg), tmp_path / label) as fabric:
+            placed = {}
+            dealt = {s.name: allowed[i % len(allowed)]
+                     for i, s in enumerate(fabric.topo.switches)}
+            for sw in fabric.topo.switches:
+                bmv2 = psutil.Process(fabric.net.get(sw.name).bmv2.pid)
+                assert bmv2.name() == "simple_switch_grpc"  # taskset exec'd into it
+                threads = bmv2.threads()
+                assert len(threads) > 4  # BMv2's packet threads, made after its start
+                placed[sw.name] = {tuple(sorted(os.sched_getaffinity(t.id))) for t in threads}
+        summary = json.loads((tmp_path / label / "telemetry" / "summary.json").read_text())
+        if switch:
+            assert all(cores == {tuple(allowed)} for cores in placed.values()), placed
+            assert summary["bmv2"]["cores"] == {}
+        else:
+            assert placed == {name: {(core,)} for name, core in dealt.items()}, placed
+            assert summary["bmv2"]["cores"] == dealt
+
+
 def test_counters_read_from_the_kernel_match_ip_and_tc(tmp_path: Path) -> None:
     """testbed.fabric.measure reads each port's veth and class gates straight from the switch's
     namespace (/proc/PID/net/dev, one netlink dump): the same numbers `ip -s link` and

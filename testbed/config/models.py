@@ -200,6 +200,16 @@ class SwitchConfig(_Strict):
         "no packet when it stalls, so the fidelity guard times the stall itself (bmv2_stall). "
         "Where the machine refuses it, the switches run at switch.nice and the run says so; "
         "written in the config, a refusal stops the run.")
+    one_core_each: bool = Field(
+        True, description="Hold each BMv2 process, every thread of it, on one core, the "
+        "switches dealt round robin over the cores the run may use (taskset(1) at start). "
+        "BMv2 hands every packet from thread to thread (receive, ingress, egress, transmit); "
+        "on one core a hand-off is a switch of task, across cores a wake-up of the other core "
+        "and often a migration. Real software switches pin their packet threads the same way "
+        "(Open vSwitch with DPDK: pmd-cpu-mask). On an 8-host permutation on 2x4x2 at 16 "
+        "Mbit/s, BMv2 took 72-81 us of CPU a packet pass held, against 127-142 free, 3 "
+        "interleaved runs each, all faithful (docs/PERFORMANCE.md). false: the kernel places "
+        "the threads.")
 
     @model_validator(mode="after")
     def _log_needs_a_build_that_logs(self) -> SwitchConfig:

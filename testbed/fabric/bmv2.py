@@ -50,6 +50,14 @@ def scheduling(asked: int, nice: int, allowed: bool) -> tuple[str, str | None]:
         "--cap-add SYS_NICE --cpu-rt-runtime 950000; `testbed doctor` checks it)")
 
 
+def deal_cores(switches: Sequence[str], cores: Sequence[int]) -> dict[str, int]:
+    """Each switch's one core: the switches in order, dealt round robin over ``cores`` (the
+    cores this run may use, sorted), so that every core carries as many switches as another,
+    give or take one."""
+    ordered = sorted(cores)
+    return {name: ordered[i % len(ordered)] for i, name in enumerate(switches)}
+
+
 class SwitchStartError(Exception):
     """A switch did not come up; the message names it, shows its log tail and command line."""
 
@@ -69,6 +77,8 @@ class Bmv2Options:
     nice: int = 0  # scheduling priority, inherited by every thread of the switch
     #: SCHED_FIFO priority of every thread of the switch (chrt(1); 0: the fair scheduler).
     realtime_priority: int = 0
+    #: The one core every thread of the switch runs on (taskset(1); None: any core).
+    core: int | None = None
     extra: Sequence[str] = field(default_factory=tuple)
 
     @property
@@ -76,7 +86,8 @@ class Bmv2Options:
         return f"unix://{self.grpc_socket}"
 
     def command(self) -> list[str]:
-        cmd = ["chrt", "-f", str(self.realtime_priority)] if self.realtime_priority else []
+        cmd = ["taskset", "-c", str(self.core)] if self.core is not None else []
+        cmd += ["chrt", "-f", str(self.realtime_priority)] if self.realtime_priority else []
         cmd += ["nice", "-n", str(self.nice)] if self.nice else []
         cmd += [self.binary, "--device-id", str(self.device_id), "--thrift-port",
                 str(self.thrift_port)]

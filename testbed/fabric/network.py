@@ -30,6 +30,7 @@ from testbed.fabric.bmv2 import (
     Bmv2Options,
     Bmv2Process,
     SwitchStartError,
+    deal_cores,
     realtime_allowed,
     scheduling,
 )
@@ -160,6 +161,8 @@ class Network:
         #: not switch.realtime_priority when the machine refused it.
         self.scheduling: str | None = None
         self.refused: str | None = None
+        #: Each switch's one core (switch.one_core_each), dealt at build(); empty: any core.
+        self.cores: dict[str, int] = {}
 
     def runtime_files(self, switch: str) -> list[str]:
         """The files a switch of this network makes in the runtime folder."""
@@ -193,6 +196,7 @@ class Network:
             log_max_bytes=self.cfg.switch.log_max_mb * 1024 * 1024,
             nice=self.cfg.switch.nice,
             realtime_priority=0 if self.refused else self.cfg.switch.realtime_priority,
+            core=self.cores.get(sw.name),
         )
 
     def build(self) -> None:
@@ -208,6 +212,9 @@ class Network:
             bool(sw.realtime_priority) and realtime_allowed(sw.realtime_priority))
         if self.refused and "realtime_priority" in sw.model_fields_set:
             raise FabricError(f"{self.refused}; or set switch.realtime_priority: 0")
+        if sw.one_core_each:
+            self.cores = deal_cores([s.name for s in topo.switches],
+                                    sorted(os.sched_getaffinity(0)))
         # Mininet prints through a handler of its own. p4runtime-shell's logging.debug() calls
         # give the root logger one too (logging's implicit basicConfig), and every line the
         # Mininet CLI printed came out a second time through it, as "Level 25:mininet:...".

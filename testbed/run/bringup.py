@@ -132,9 +132,10 @@ class Fabric:
             t = self.timings.mark("mininet", t)
             assert self.network.bmv2 is not None
             self.run.bmv2 = {**asdict(self.network.bmv2), "scheduling": self.network.scheduling,
-                             "refused": self.network.refused}
+                             "refused": self.network.refused, "cores": self.network.cores}
+            placed = ", one core each" if self.network.cores else ""
             self.progress(f"starting BMv2 switches ({self.network.bmv2.build} build, "
-                          f"{self.network.scheduling})")
+                          f"{self.network.scheduling}{placed})")
             if self.network.refused:
                 self.progress(self.network.refused)
             self.network.start_switches()
