@@ -451,7 +451,7 @@ def test_each_switch_runs_on_one_core_dealt_round_robin(tmp_path: Path) -> None:
 
     allowed = sorted(os.sched_getaffinity(0))
     shape = {"spines": 1, "leaves": 2, "hosts_per_leaf": 1}
-    for label, switch in (("core1", {}), ("core0", {"one_core_each": False})):
+    for label, switch in (("cored", {}), ("corefree", {"one_core_each": False})):
         cfg = FabricConfig.model_validate({"name": label, "fabric": shape, "switch": switch})
         with Fabric(cfg, build_topology(cfg), tmp_path / label) as fabric:
             placed = {}
@@ -464,12 +464,12 @@ def test_each_switch_runs_on_one_core_dealt_round_robin(tmp_path: Path) -> None:
                 assert len(threads) > 4  # BMv2's packet threads, made after its start
                 placed[sw.name] = {tuple(sorted(os.sched_getaffinity(t.id))) for t in threads}
         summary = json.loads((tmp_path / label / "telemetry" / "summary.json").read_text())
-        if switch:
-            assert all(cores == {tuple(allowed)} for cores in placed.values()), placed
-            assert summary["bmv2"]["cores"] == {}
-        else:
+        if switch.get("one_core_each", True):
             assert placed == {name: {(core,)} for name, core in dealt.items()}, placed
             assert summary["bmv2"]["cores"] == dealt
+        else:
+            assert all(cores == {tuple(allowed)} for cores in placed.values()), placed
+            assert summary["bmv2"]["cores"] == {}
 
 
 def test_counters_read_from_the_kernel_match_ip_and_tc(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,10 +50,10 @@ def scheduling(asked: int, nice: int, allowed: bool) -> tuple[str, str | None]:
         "--cap-add SYS_NICE --cpu-rt-runtime 950000; `testbed doctor` checks it)")
 
 
-def deal_cores(switches: Sequence[str], cores: Sequence[int]) -> dict[str, int]:
+def deal_cores(switches: Sequence[str], cores: Iterable[int]) -> dict[str, int]:
     """Each switch's one core: the switches in order, dealt round robin over ``cores`` (the
-    cores this run may use, sorted), so that every core carries as many switches as another,
-    give or take one."""
+    cores this run may use, in any order: dealt lowest first), so that every core carries as
+    many switches as another, give or take one."""
     ordered = sorted(cores)
     return {name: ordered[i % len(ordered)] for i, name in enumerate(switches)}
 

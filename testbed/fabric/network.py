@@ -213,8 +213,7 @@ class Network:
         if self.refused and "realtime_priority" in sw.model_fields_set:
             raise FabricError(f"{self.refused}; or set switch.realtime_priority: 0")
         if sw.one_core_each:
-            self.cores = deal_cores([s.name for s in topo.switches],
-                                    sorted(os.sched_getaffinity(0)))
+            self.cores = deal_cores([s.name for s in topo.switches], os.sched_getaffinity(0))
         # Mininet prints through a handler of its own. p4runtime-shell's logging.debug() calls
         # give the root logger one too (logging's implicit basicConfig), and every line the
         # Mininet CLI printed came out a second time through it, as "Level 25:mininet:...".
